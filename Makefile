@@ -1,0 +1,39 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test` (both idempotent).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.cleverthis-installed
+
+.PHONY: install demo test lint test-unit test-integration test-js bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# Re-installs when the package's metadata or the front-end's dependencies change.
+$(STAMP): pyproject.toml js/package.json js/package-lock.json | $(PY)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "torch==2.13.0"
+	$(PY) -m pip install -q -e ".[train,dev]"
+	$(VENV)/bin/jupyter labextension develop --overwrite . >/dev/null
+	touch $@
+
+install: $(STAMP)
+
+demo: install
+	$(PY) examples/demo.py
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+test-js: install
+	cd js && npm test
+
+test: lint test-js
+	$(PY) -m pytest -q -ra
+
+bench: install
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) js/node_modules js/lib jupyter_cleverthis/labextension jupyter_cleverthis/widgets/static .cache

@@ -1,0 +1,1 @@
+"""The Jupyter server extension: an authenticated REST control plane over the job service."""

@@ -1,0 +1,277 @@
+"""Ray clusters: the managed `local` one (started and stopped by us, loopback only) and configured ones.
+
+Configured clusters come from `$CLEVERTHIS_HOME/clusters.json` ({"name": {"address": "http://host:8265",
+"token_file": "..."}}) and from `RAY_ADDRESS` (an http(s) dashboard address, cluster name `ray-address`).
+A `--cluster` value that is itself an http(s) address is accepted too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from ..errors import ClusterError, ClusterNotFound
+
+log = logging.getLogger(__name__)
+
+LOCAL = "local"
+ENV_CLUSTER = "ray-address"
+
+
+def home() -> Path:
+    return Path(os.environ.get("CLEVERTHIS_HOME", Path.home() / ".cleverthis"))
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    name: str
+    address: str  # the dashboard's http address, which serves the Job API
+    token_file: str | None = None
+    token: str | None = None
+    managed: bool = False
+
+    def auth_token(self) -> str | None:
+        if self.token:
+            return self.token
+        for f in (self.token_file, os.environ.get("RAY_AUTH_TOKEN_PATH")):
+            if f and os.path.exists(f):
+                return Path(f).read_text().strip()
+        if os.environ.get("RAY_AUTH_TOKEN"):
+            return os.environ["RAY_AUTH_TOKEN"].strip()
+        default = Path.home() / ".ray" / "auth_token"
+        return default.read_text().strip() if default.exists() else None
+
+    def headers(self) -> dict[str, str]:
+        tok = self.auth_token()
+        return {"Authorization": f"Bearer {tok}"} if tok else {}
+
+    def public(self) -> dict[str, Any]:
+        """What may be shown to users: never the token."""
+        return {"name": self.name, "address": self.address, "managed": self.managed}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child counts as gone
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except OSError:
+        return True
+
+
+class LocalCluster:
+    """A Ray head on this machine: `ray start --head --block` on free loopback ports, stopped by its pid."""
+
+    def __init__(self, name: str = LOCAL, root: Path | None = None) -> None:
+        self.name = name
+        self.dir = (root or home()) / "clusters" / name
+        self.state_file = self.dir / "state.json"
+        self.token_file = self.dir / "auth_token"
+        self.log_file = self.dir / "ray-start.log"
+
+    def state(self) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def config(self) -> ClusterConfig:
+        st = self.state() or {}
+        return ClusterConfig(
+            name=self.name,
+            address=st.get("dashboard_url", "http://127.0.0.1:8265"),
+            token_file=str(self.token_file),
+            managed=True,
+        )
+
+    def is_running(self) -> bool:
+        st = self.state()
+        return bool(st and _pid_alive(int(st["pid"])) and ping(self.config()))
+
+    def up(self, *, num_cpus: int | None = None, timeout: float = 180.0) -> ClusterConfig:
+        """Start the head unless it already runs (idempotent); returns its config once the Job API answers."""
+        st = self.state()
+        if st and _pid_alive(int(st["pid"])):
+            if _wait(lambda: ping(self.config()), 60):
+                return self.config()
+            raise ClusterError(f"local cluster process {st['pid']} runs but its dashboard does not answer")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if not self.token_file.exists():
+            self.token_file.write_text(uuid.uuid4().hex + uuid.uuid4().hex)
+            self.token_file.chmod(0o600)
+        gcs, dash = free_port(), free_port()
+        tag = hashlib.sha1(str(self.dir.resolve()).encode()).hexdigest()[:8]
+        temp_dir = f"/tmp/cleverthis-ray-{tag}"
+        ray_bin = str(Path(sys.executable).with_name("ray"))
+        cmd = [
+            ray_bin, "start", "--head", "--block", "--disable-usage-stats",
+            "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
+            f"--port={gcs}", f"--dashboard-port={dash}",
+            f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
+            f"--metrics-export-port={free_port()}", f"--temp-dir={temp_dir}",
+        ]  # fmt: skip
+        if num_cpus is not None:
+            cmd.append(f"--num-cpus={num_cpus}")
+        env = dict(os.environ)
+        env.update(
+            RAY_AUTH_MODE="token",
+            RAY_AUTH_TOKEN_PATH=str(self.token_file),
+            PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+            RAY_USAGE_STATS_ENABLED="0",
+        )
+        env.pop("RAY_ADDRESS", None)
+        env.pop("RAY_AUTH_TOKEN", None)
+        with open(self.log_file, "ab") as logf:
+            proc = subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True,
+                                    stdin=subprocess.DEVNULL)
+        state = {
+            "pid": proc.pid,
+            "dashboard_url": f"http://127.0.0.1:{dash}",
+            "gcs_address": f"127.0.0.1:{gcs}",
+            "temp_dir": temp_dir,
+            "started_at": time.time(),
+        }
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        os.replace(tmp, self.state_file)
+        cfg = self.config()
+        if not _wait(lambda: ping(cfg) or proc.poll() is not None, timeout) or proc.poll() is not None:
+            tail = self.log_file.read_text(errors="replace")[-2000:]
+            self.down()
+            raise ClusterError(f"local Ray cluster did not start within {timeout:.0f}s; ray start said:\n{tail}")
+        # The dashboard answers before the job agent is ready; wait for the Job API itself.
+        _wait(lambda: _jobs_api_ready(cfg), 60)
+        return cfg
+
+    def down(self, timeout: float = 90.0) -> bool:
+        """SIGTERM the `ray start --block` process (it drains the node), then wait; True if it was running."""
+        st = self.state()
+        if not st:
+            return False
+        pid = int(st["pid"])
+        was = _pid_alive(pid)
+        if was:
+            os.kill(pid, signal.SIGTERM)
+            if not _wait(lambda: not _pid_alive(pid), timeout):
+                os.kill(pid, signal.SIGKILL)
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        self.state_file.unlink(missing_ok=True)
+        return was
+
+
+def _wait(cond: Any, timeout: float, every: float = 0.5) -> bool:
+    end = time.time() + timeout
+    while time.time() < end:
+        if cond():
+            return True
+        time.sleep(every)
+    return bool(cond())
+
+
+def ping(cfg: ClusterConfig, timeout: float = 3.0) -> bool:
+    try:
+        r = requests.get(f"{cfg.address}/api/version", headers=cfg.headers(), timeout=timeout)
+        return r.status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def _jobs_api_ready(cfg: ClusterConfig) -> bool:
+    try:
+        return requests.get(f"{cfg.address}/api/jobs/", headers=cfg.headers(), timeout=5).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def cluster_resources(cfg: ClusterConfig, timeout: float = 5.0) -> dict[str, Any] | None:
+    """Total and free resources per kind, from the dashboard's cluster status endpoint."""
+    try:
+        r = requests.get(f"{cfg.address}/api/cluster_status", headers=cfg.headers(), timeout=timeout)
+        data = r.json().get("data", {}).get("clusterStatus", {})
+    except (requests.RequestException, ValueError, AttributeError):
+        return None
+    load = (data or {}).get("loadMetricsReport") or {}
+    usage = load.get("usage") or {}
+    out: dict[str, Any] = {}
+    for kind, pair in usage.items():
+        if kind in ("CPU", "GPU", "memory", "object_store_memory") and isinstance(pair, list) and len(pair) == 2:
+            used, total = pair
+            out[kind] = {"total": total, "free": total - used}
+    return out or None
+
+
+class ClusterRegistry:
+    """Name -> cluster. Reads the config each time, so edits apply without a restart."""
+
+    def __init__(self, root: Path | None = None, extra: dict[str, dict[str, Any]] | None = None) -> None:
+        self.root = root
+        self.extra = extra or {}
+
+    def local(self, name: str = LOCAL) -> LocalCluster:
+        return LocalCluster(name, self.root)
+
+    def configs(self) -> dict[str, ClusterConfig]:
+        out = {LOCAL: self.local().config()}
+        cfg_file = (self.root or home()) / "clusters.json"
+        entries: dict[str, dict[str, Any]] = {}
+        if cfg_file.exists():
+            try:
+                entries.update(json.loads(cfg_file.read_text()))
+            except ValueError as e:
+                raise ClusterError(f"{cfg_file}: not valid JSON ({e})") from e
+        entries.update(self.extra)
+        for name, e in entries.items():
+            if not isinstance(e, dict) or "address" not in e:
+                raise ClusterError(f"cluster '{name}' needs an 'address' (the dashboard's http address)")
+            out[name] = ClusterConfig(name=name, address=str(e["address"]).rstrip("/"),
+                                      token_file=e.get("token_file"), token=e.get("token"))
+        ra = os.environ.get("RAY_ADDRESS", "")
+        if ra.startswith(("http://", "https://")) and ENV_CLUSTER not in out:
+            out[ENV_CLUSTER] = ClusterConfig(name=ENV_CLUSTER, address=ra.rstrip("/"))
+        return out
+
+    def get(self, name: str) -> ClusterConfig:
+        if name.startswith(("http://", "https://")):
+            return ClusterConfig(name=name, address=name.rstrip("/"))
+        cfgs = self.configs()
+        if name not in cfgs:
+            raise ClusterNotFound(
+                f"unknown cluster '{name}'; known: {', '.join(sorted(cfgs))}",
+                details={"field": "cluster"},
+            )
+        return cfgs[name]
+
+    def status(self, name: str) -> str:
+        cfg = self.get(name)
+        if cfg.managed:
+            st = self.local(name).state()
+            if not st or not _pid_alive(int(st["pid"])):
+                return "stopped"
+        return "running" if ping(cfg) else ("unreachable" if not cfg.managed else "starting")

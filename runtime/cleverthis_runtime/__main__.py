@@ -1,0 +1,143 @@
+"""The Ray job entrypoint: `python -m cleverthis_runtime` (spec in $CLEVERTHIS_SPEC).
+
+Validates the spec and the data on the head node (a bad line fails in seconds, not after the workers
+start), claims the checkpoint folder, then runs Ray Train's TorchTrainer with the requested workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from typing import Any
+
+from pydantic import ValidationError
+
+from . import checkpoints, events
+from .data import DatasetError, default_checkpoint_dir, load_dataset, read_training_config
+from .spec import JobSpec, format_errors, merge_training_config
+
+ERROR_KINDS = {
+    "DatasetError": "dataset",
+    "CheckpointError": "checkpoint",
+    "OutOfMemoryError": "out_of_memory",
+    "OSError": "io",
+}
+
+
+def classify(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    if "out of memory" in text.lower():
+        return "out_of_memory"
+    if "No space left" in text:
+        return "disk_full"
+    for name, kind in ERROR_KINDS.items():
+        if name in text:
+            return kind
+    return "training"
+
+
+def prepare(spec: JobSpec, job: str) -> dict[str, Any]:
+    """Everything checked before any worker starts; returns the workers' config."""
+    if spec.framework != "torch":
+        raise NotImplementedError("framework tensorflow is not available in this runtime version yet")
+    file_cfg, cfg_path = read_training_config(spec.dataset_path) if os.path.exists(spec.dataset_path) else (None, None)
+    try:
+        tc = merge_training_config(file_cfg, spec.training_config)
+    except ValidationError as e:
+        raise DatasetError(f"{cfg_path or 'training_config'}: {format_errors(e)}") from e
+    ds = load_dataset(spec.dataset_path)
+    ckpt_dir = spec.output_dir or default_checkpoint_dir(spec.dataset_path)
+    base_meta = checkpoints.read_meta(spec.base_model) if os.path.isdir(spec.base_model) else None
+    checkpoints.claim(ckpt_dir, job, resuming_from=spec.base_model if base_meta else None)
+    start_epoch = int(base_meta.get("epoch", 0)) if base_meta else 0
+    events.emit(
+        "config",
+        training_config=tc.model_dump(),
+        training_config_file=cfg_path,
+        checkpoint_dir=ckpt_dir,
+        dataset_format=ds.format,
+        examples=len(ds.records),
+        resumed_from=spec.base_model if base_meta else None,
+        start_epoch=start_epoch,
+    )
+    return {
+        "spec": spec.model_dump(mode="json"),
+        "training_config": tc.model_dump(mode="json"),
+        "checkpoint_dir": ckpt_dir,
+        "job": job,
+        "start_epoch": start_epoch,
+    }
+
+
+def run(spec: JobSpec, job: str) -> None:
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from .train import train_loop
+
+    loop_config = prepare(spec, job)
+    resources: dict[str, float] = {"CPU": spec.cpus_per_worker}
+    if spec.gpus_per_worker:
+        resources["GPU"] = spec.gpus_per_worker
+    trainer = TorchTrainer(
+        train_loop,
+        train_loop_config=loop_config,
+        scaling_config=ScalingConfig(
+            num_workers=spec.workers, use_gpu=spec.gpus_per_worker > 0, resources_per_worker=resources
+        ),
+        run_config=RunConfig(
+            name=f"cleverthis-{job}",
+            storage_path=os.environ.get("CLEVERTHIS_RAY_STORAGE", os.path.expanduser("~/ray_results")),
+            failure_config=FailureConfig(max_failures=0),
+        ),
+    )
+    events.emit("phase", phase="starting_workers", workers=spec.workers)
+    trainer.fit()
+
+
+def main() -> int:
+    events.set_source("driver")
+    raw = os.environ.get("CLEVERTHIS_SPEC")
+    if not raw:
+        print("CLEVERTHIS_SPEC is not set: this module is the entrypoint of jobs submitted by jupyter-cleverthis",
+              file=sys.stderr)
+        return 2
+    job = os.environ.get("CLEVERTHIS_JOB") or json.loads(raw).get("name", "job")
+    events.emit("phase", phase="initializing", pid=os.getpid())
+    try:
+        spec = JobSpec.model_validate_json(raw)
+        run(spec, job)
+    except ValidationError as e:
+        events.emit("error", kind="spec", error_type="ValidationError", message=format_errors(e))
+        print(f"invalid job spec: {format_errors(e)}", file=sys.stderr)
+        return 1
+    except Exception as e:  # the job's last word: classified, then the traceback for the log
+        cause = _root_cause(e)
+        events.emit("error", kind=classify(cause), error_type=type(cause).__name__, message=str(cause))
+        traceback.print_exc()
+        return 1
+    events.emit("phase", phase="succeeded")
+    return 0
+
+
+def _root_cause(e: BaseException) -> BaseException:
+    """Ray wraps worker errors (TrainingFailedError -> WorkerGroupError); the user wants the worker's own."""
+    seen = set()
+    cur: BaseException = e
+    while id(cur) not in seen:
+        seen.add(id(cur))
+        nested = getattr(cur, "worker_failures", None)
+        if isinstance(nested, dict) and nested:
+            cur = next(iter(nested.values()))
+            continue
+        if cur.__cause__ is not None:
+            cur = cur.__cause__
+            continue
+        break
+    return cur
+
+
+if __name__ == "__main__":
+    sys.exit(main())

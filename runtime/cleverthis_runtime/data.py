@@ -1,0 +1,240 @@
+"""Datasets: finding, reading and auto-detecting the formats the product page names, then tokenizing.
+
+Formats: JSONL with `messages` (ChatML conversations) or `instruction`/`output` (optional `input`), a single
+file or a folder of `.jsonl` files; or a `datasets.Dataset.save_to_disk` folder (Arrow). Every defect is
+reported with the file and line number.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .spec import TRAINING_CONFIG_FILE
+
+INSTRUCTION = "instruction"
+CHATML = "chatml"
+ARROW = "arrow"
+
+# Used when the tokenizer has no chat template of its own (documented in the README).
+DEFAULT_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}{{ eos_token }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+VALIDATION_FILE = "validation.jsonl"
+
+
+class DatasetError(ValueError):
+    """A dataset that cannot be used; the message names the path and, where it applies, the line."""
+
+
+@dataclass
+class Dataset:
+    path: str
+    format: str
+    records: list[dict[str, Any]]
+    validation: list[dict[str, Any]] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+
+def data_root(dataset_path: str) -> str:
+    """The folder that holds the data: the path itself for a folder of JSONL files, else its parent.
+
+    An Arrow folder (`save_to_disk`) and a single file are both "the dataset"; their parent holds it.
+    """
+    p = Path(dataset_path)
+    if p.is_dir() and not is_arrow_dir(p):
+        return str(p)
+    return str(p.parent)
+
+
+def default_checkpoint_dir(dataset_path: str) -> str:
+    return os.path.join(data_root(dataset_path), "checkpoints")
+
+
+def is_arrow_dir(p: Path) -> bool:
+    return p.is_dir() and ((p / "dataset_info.json").exists() or (p / "dataset_dict.json").exists()) and (
+        (p / "state.json").exists() or (p / "dataset_dict.json").exists()
+    )
+
+
+def read_training_config(dataset_path: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The training_config.json found beside the data, as a raw dict (validated by the caller)."""
+    cfg = Path(data_root(dataset_path)) / TRAINING_CONFIG_FILE
+    if not cfg.exists():
+        return None, None
+    try:
+        data = json.loads(cfg.read_text(encoding="utf-8-sig"))
+    except ValueError as e:
+        raise DatasetError(f"{cfg}: not valid JSON ({e})") from e
+    if not isinstance(data, dict):
+        raise DatasetError(f"{cfg}: expected a JSON object")
+    return data, str(cfg)
+
+
+def detect_record_format(rec: Any, where: str) -> str:
+    if not isinstance(rec, dict):
+        raise DatasetError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+    if "messages" in rec:
+        msgs = rec["messages"]
+        if not isinstance(msgs, list) or not msgs:
+            raise DatasetError(f"{where}: 'messages' must be a non-empty list")
+        for i, m in enumerate(msgs):
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+                raise DatasetError(f"{where}: messages[{i}] needs string 'role' and 'content'")
+        if not any(m["role"] == "assistant" for m in msgs):
+            raise DatasetError(f"{where}: a conversation needs at least one 'assistant' message")
+        return CHATML
+    if "instruction" in rec or "output" in rec:
+        for k in ("instruction", "output"):
+            if not isinstance(rec.get(k), str):
+                raise DatasetError(f"{where}: instruction format needs a string '{k}'")
+        if "input" in rec and not isinstance(rec["input"], (str, type(None))):
+            raise DatasetError(f"{where}: 'input' must be a string")
+        return INSTRUCTION
+    keys = ", ".join(sorted(rec)[:6]) or "none"
+    raise DatasetError(
+        f"{where}: unknown record shape (keys: {keys}); expected 'messages' (ChatML) or 'instruction'/'output'"
+    )
+
+
+def read_jsonl(path: str) -> tuple[str, list[dict[str, Any]]]:
+    fmt: str | None = None
+    records: list[dict[str, Any]] = []
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            where = f"{path} line {lineno}"
+            try:
+                text = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise DatasetError(f"{where}: not UTF-8 text ({e.reason})") from e
+            if not text.strip():
+                continue
+            try:
+                rec = json.loads(text)
+            except ValueError as e:
+                raise DatasetError(f"{where}: broken JSON ({e})") from e
+            f = detect_record_format(rec, where)
+            if fmt is None:
+                fmt = f
+            elif f != fmt:
+                raise DatasetError(f"{where}: mixes formats ({f} after {fmt} on earlier lines)")
+            records.append(rec)
+    if fmt is None:
+        raise DatasetError(f"{path}: empty file (no JSON lines)")
+    return fmt, records
+
+
+def load_dataset(dataset_path: str) -> Dataset:
+    p = Path(dataset_path)
+    if not p.exists():
+        raise DatasetError(f"dataset path {dataset_path} does not exist on this node")
+    if is_arrow_dir(p):
+        return _load_arrow(p)
+    if p.is_dir():
+        files = sorted(str(f) for f in p.glob("*.jsonl") if f.name != VALIDATION_FILE)
+        if not files:
+            raise DatasetError(f"dataset path {dataset_path}: no .jsonl files and not a saved datasets.Dataset")
+    else:
+        files = [str(p)]
+    fmt: str | None = None
+    records: list[dict[str, Any]] = []
+    for f in files:
+        ffmt, recs = read_jsonl(f)
+        if fmt is not None and ffmt != fmt:
+            raise DatasetError(f"{f}: format {ffmt} differs from {fmt} in {files[0]}")
+        fmt = ffmt
+        records.extend(recs)
+    assert fmt is not None
+    validation: list[dict[str, Any]] = []
+    vfile = Path(data_root(dataset_path)) / VALIDATION_FILE
+    if vfile.exists() and str(vfile) not in files:
+        vfmt, validation = read_jsonl(str(vfile))
+        if vfmt != fmt:
+            raise DatasetError(f"{vfile}: format {vfmt} differs from the training data's {fmt}")
+    return Dataset(path=dataset_path, format=fmt, records=records, validation=validation, files=files)
+
+
+def _load_arrow(p: Path) -> Dataset:
+    import datasets
+
+    ds = datasets.load_from_disk(str(p))
+    if isinstance(ds, datasets.DatasetDict):
+        train = ds["train"] if "train" in ds else next(iter(ds.values()))
+        val = ds["validation"] if "validation" in ds else None
+    else:
+        train, val = ds, None
+    cols = set(train.column_names)
+    if "input_ids" not in cols:
+        # Not tokenized: the rows are records in one of the JSONL shapes.
+        recs = [dict(r) for r in train]
+        fmt = detect_record_format(recs[0], f"{p} row 0") if recs else None
+        if fmt is None:
+            raise DatasetError(f"{p}: the saved dataset has no rows")
+        for i, r in enumerate(recs):
+            if detect_record_format(r, f"{p} row {i}") != fmt:
+                raise DatasetError(f"{p} row {i}: mixes formats")
+        return Dataset(path=str(p), format=fmt, records=recs, validation=[dict(r) for r in val] if val else [])
+    recs = [dict(r) for r in train]
+    return Dataset(path=str(p), format=ARROW, records=recs, validation=[dict(r) for r in val] if val else [])
+
+
+def ensure_chat_template(tokenizer: Any) -> None:
+    if not getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template = DEFAULT_CHAT_TEMPLATE
+
+
+def instruction_to_messages(rec: dict[str, Any]) -> list[dict[str, str]]:
+    user = rec["instruction"]
+    if rec.get("input"):
+        user = f"{user}\n\n{rec['input']}"
+    return [{"role": "user", "content": user}, {"role": "assistant", "content": rec["output"]}]
+
+
+def _ids(tokenizer: Any, messages: list[dict[str, str]], add_generation_prompt: bool) -> list[int]:
+    out = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=add_generation_prompt)
+    if isinstance(out, dict) or hasattr(out, "keys"):
+        out = out["input_ids"]
+    return list(out)
+
+
+def tokenize_example(tokenizer: Any, rec: dict[str, Any], fmt: str, max_len: int) -> dict[str, list[int]]:
+    """input_ids and labels where only assistant tokens count toward the loss (the rest are -100)."""
+    if fmt == ARROW:
+        ids = list(rec["input_ids"])[:max_len]
+        labels = list(rec.get("labels", ids))[:max_len]
+        return {"input_ids": ids, "labels": labels}
+    messages = instruction_to_messages(rec) if fmt == INSTRUCTION else rec["messages"]
+    ids: list[int] = []
+    labels: list[int] = []
+    # Render prefix by prefix so each message's tokens are known exactly; robust to any template.
+    prev: list[int] = []
+    for i, m in enumerate(messages):
+        if m["role"] == "assistant":
+            prompt = _ids(tokenizer, messages[:i], add_generation_prompt=True) if i else []
+            full = _ids(tokenizer, messages[: i + 1], add_generation_prompt=False)
+            ids.extend(prompt[len(prev):])
+            labels.extend([-100] * (len(prompt) - len(prev)))
+            ids.extend(full[len(prompt):])
+            labels.extend(full[len(prompt):])
+            prev = full
+        else:
+            full = _ids(tokenizer, messages[: i + 1], add_generation_prompt=False)
+            ids.extend(full[len(prev):])
+            labels.extend([-100] * (len(full) - len(prev)))
+            prev = full
+    return {"input_ids": ids[:max_len], "labels": labels[:max_len], "truncated": int(len(ids) > max_len)}
+
+
+def tokenize_all(tokenizer: Any, records: list[dict[str, Any]], fmt: str, max_len: int) -> tuple[list[dict], int]:
+    ensure_chat_template(tokenizer)
+    out, truncated = [], 0
+    for rec in records:
+        ex = tokenize_example(tokenizer, rec, fmt, max_len)
+        truncated += ex.pop("truncated", 0)
+        if any(lbl != -100 for lbl in ex["labels"]):
+            out.append(ex)
+    return out, truncated

@@ -1,0 +1,67 @@
+"""Structured events: how the runtime speaks to the UI.
+
+Each event is one line in the job's log: a fixed prefix, then one JSON object with a per-source sequence
+number (`src`, `seq`), a wall-clock time `t` and a `type`. Ray prefixes lines printed by worker actors
+with "(RayTrainWorker pid=...)", so the parser finds the prefix anywhere in a line.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+PREFIX = "@@cleverthis-event "
+
+_lock = threading.Lock()
+_counter = itertools.count(1)
+_source: str | None = None
+
+
+def set_source(name: str) -> None:
+    """Name this process's event stream (e.g. "driver", "rank0"); sequence numbers count per source."""
+    global _source, _counter
+    with _lock:
+        _source = name
+        _counter = itertools.count(1)
+
+
+def emit(type_: str, **fields: Any) -> dict[str, Any]:
+    """Print one event line and flush it, so it reaches Ray's log tail promptly."""
+    with _lock:
+        event = {"src": _source or f"pid{os.getpid()}", "seq": next(_counter), "t": round(time.time(), 3), "type": type_}
+        event.update(fields)
+        line = PREFIX + json.dumps(event, separators=(",", ":"), default=str)
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+    return event
+
+
+def parse_line(line: str) -> dict[str, Any] | None:
+    idx = line.find(PREFIX)
+    if idx < 0:
+        return None
+    try:
+        obj = json.loads(line[idx + len(PREFIX):])
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) and "type" in obj else None
+
+
+def parse_events(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
+    """Events found in log lines, in log order, duplicates (same src and seq) dropped."""
+    seen: set[tuple[str, int]] = set()
+    for line in lines:
+        ev = parse_line(line)
+        if ev is None:
+            continue
+        key = (str(ev.get("src")), int(ev.get("seq", 0)))
+        if key in seen:
+            continue
+        seen.add(key)
+        yield ev

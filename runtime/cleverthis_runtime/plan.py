@@ -1,0 +1,103 @@
+"""The automatic choices, computed before training and explained: a pure function, no torch needed.
+
+Memory rules of thumb (the product page's numbers): a full fine-tune in 16-bit needs about 8-9 bytes per
+parameter with Adam (weights, gradients, optimizer states, activations): 7B -> ~60 GB. LoRA keeps the
+16-bit base frozen (~2.5 bytes/param with activations: 7B -> ~18 GB); QLoRA keeps a 4-bit base (~1.1
+bytes/param: 7B -> ~8 GB).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .spec import TrainingConfig
+
+GB = 1e9
+BYTES_PER_PARAM = {"full": 8.5, "lora": 2.55, "qlora": 1.1}
+
+
+@dataclass
+class Device:
+    kind: str  # "cuda" or "cpu"
+    memory_bytes: float
+    compute_capability: float | None = None
+
+
+@dataclass
+class Plan:
+    method: str
+    precision: str
+    strategy: str
+    gradient_checkpointing: bool
+    memory_estimate_gb: dict[str, float]
+    reasons: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def estimate(params: float, method: str, precision: str = "bf16") -> float:
+    scale = 2.0 if precision in ("no", "fp32") and method != "qlora" else 1.0
+    return params * BYTES_PER_PARAM[method] * scale / GB
+
+
+def make_plan(*, params: float, devices: list[Device], workers: int, config: TrainingConfig) -> Plan:
+    dev = min(devices, key=lambda d: d.memory_bytes) if devices else Device("cpu", 16 * GB)
+    reasons: dict[str, str] = {}
+    on_gpu = dev.kind == "cuda"
+
+    if config.mixed_precision is not None:
+        precision = config.mixed_precision
+        reasons["precision"] = f"{precision}: set in training_config.json"
+    elif config.deepspeed is not None and (config.deepspeed.bf16 or config.deepspeed.fp16):
+        precision = "bf16" if config.deepspeed.bf16 else "fp16"
+        reasons["precision"] = f"{precision}: from the deepspeed section"
+    elif on_gpu and (dev.compute_capability or 0) >= 8.0:
+        precision, reasons["precision"] = "bf16", f"bf16: compute capability {dev.compute_capability} >= 8.0"
+    elif on_gpu:
+        precision, reasons["precision"] = "fp16", f"fp16: compute capability {dev.compute_capability} < 8.0"
+    else:
+        precision, reasons["precision"] = "no", "fp32: training on CPU"
+
+    est = {m: round(estimate(params, m, precision), 3) for m in BYTES_PER_PARAM}
+    mem_gb = dev.memory_bytes / GB
+    if config.method is not None:
+        method = config.method
+        reasons["method"] = f"{method}: set in training_config.json"
+    elif est["full"] <= mem_gb:
+        method = "full"
+        reasons["method"] = f"full: ~{est['full']:.1f} GB fits the {mem_gb:.1f} GB per device"
+    else:
+        method = "lora"
+        reasons["method"] = (
+            f"lora: a full fine-tune needs ~{est['full']:.1f} GB, more than the {mem_gb:.1f} GB per device"
+        )
+
+    weights_gb = params * (2.0 if precision in ("bf16", "fp16") else 4.0) / GB
+    if method == "qlora":
+        weights_gb = params * 0.55 / GB
+    if config.gradient_checkpointing is not None:
+        gc = config.gradient_checkpointing
+        reasons["gradient_checkpointing"] = f"{'on' if gc else 'off'}: set in training_config.json"
+    else:
+        free_after_weights = mem_gb - weights_gb
+        gc = on_gpu and free_after_weights <= 0.2 * weights_gb
+        reasons["gradient_checkpointing"] = (
+            f"on: free memory {free_after_weights:.1f} GB is within 20% of the weights' {weights_gb:.1f} GB"
+            if gc
+            else "off: enough memory for activations"
+        )
+
+    if config.deepspeed is not None:
+        strategy = f"deepspeed-zero{config.deepspeed.zero_stage}"
+        reasons["strategy"] = "DeepSpeed: configured in training_config.json"
+    elif est[method] > mem_gb and workers > 1:
+        strategy = "fsdp"
+        reasons["strategy"] = f"FSDP: ~{est[method]:.1f} GB does not fit one {mem_gb:.1f} GB device"
+    else:
+        strategy = "ddp"
+        reasons["strategy"] = (
+            "DDP: the model fits one device" if workers > 1 else "single worker: the model fits one device"
+        )
+    return Plan(method, precision, strategy, gc, est, reasons)

@@ -1,0 +1,203 @@
+"""The job spec and the training config: one pydantic model shared by the form, the magic, REST and the runtime.
+
+This module imports nothing heavier than pydantic, so it travels with every job (runtime_env py_modules)
+and loads in the Jupyter server without torch.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+NAME_PATTERN = r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,62}[A-Za-z0-9])?$"
+DEFAULT_BASE_MODEL = "meta-llama/Llama-2-7b-hf"
+DEFAULT_DATASET_PATH = "/datasets/training"
+TRAINING_CONFIG_FILE = "training_config.json"
+
+
+class JobStatus(str, Enum):
+    """The product page's job lifecycle."""
+
+    QUEUED = "queued"
+    INITIALIZING = "initializing"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    def is_terminal(self) -> bool:
+        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+class _Strict(BaseModel):
+    """Rejects unknown keys with a "did you mean" suggestion naming the closest known key."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unknown_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            known = set(cls.model_fields)
+            for key in data:
+                if isinstance(key, str) and key not in known:
+                    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+                    hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(sorted(known))}"
+                    raise ValueError(f"unknown key '{key}'{hint}")
+        return data
+
+
+class DeepSpeedConfig(_Strict):
+    zero_stage: Literal[0, 1, 2, 3] = Field(2, description="ZeRO stage: 1 optimizer states, 2 + gradients, 3 + parameters")
+    offload_optimizer: bool = Field(False, description="Offload optimizer states to CPU memory")
+    offload_param: bool = Field(False, description="Offload parameters to CPU memory (stage 3 only)")
+    fp16: bool = Field(False, description="Train in fp16 under DeepSpeed")
+    bf16: bool = Field(False, description="Train in bf16 under DeepSpeed")
+
+    @model_validator(mode="after")
+    def _check(self) -> DeepSpeedConfig:
+        if self.fp16 and self.bf16:
+            raise ValueError("deepspeed: choose fp16 or bf16, not both")
+        if self.offload_param and self.zero_stage != 3:
+            raise ValueError("deepspeed.offload_param needs zero_stage 3")
+        return self
+
+
+class TrainingConfig(_Strict):
+    """training_config.json: the keys of the product page plus what a fine-tune needs beside them."""
+
+    method: Literal["full", "lora", "qlora"] | None = Field(
+        None, description="full, lora or qlora; unset = automatic (LoRA when a full fine-tune does not fit)"
+    )
+    lora_r: int = Field(16, ge=4, le=64, description="Rank of the LoRA matrices (4-64)")
+    lora_alpha: float | None = Field(None, gt=0, description="LoRA scaling factor (default 2 x lora_r)")
+    lora_dropout: float = Field(0.05, ge=0.0, le=0.1, description="Dropout on LoRA layers (0.0-0.1)")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "v_proj"], min_length=1, description="Modules LoRA adapts"
+    )
+    quantization: Literal["4bit", "8bit"] | None = Field(None, description="4bit or 8bit frozen base (QLoRA only)")
+    mixed_precision: Literal["no", "fp16", "bf16"] | None = Field(
+        None, description="no, fp16 or bf16; unset = bf16 on compute capability >= 8.0, fp16 on older GPUs, fp32 on CPU"
+    )
+    deepspeed: DeepSpeedConfig | None = Field(None, description="DeepSpeed ZeRO settings")
+    gradient_checkpointing: bool | None = Field(
+        None, description="Recompute activations in backward; unset = automatic"
+    )
+    learning_rate: float = Field(2e-4, gt=0, lt=1, description="Peak learning rate (1e-4 to 2e-5 is usual for fine-tuning)")
+    warmup_ratio: float = Field(0.0, ge=0, lt=1, description="Fraction of steps spent warming up")
+    lr_scheduler: Literal["linear", "cosine", "constant", "constant_with_warmup"] = Field(
+        "linear", description="Learning-rate schedule"
+    )
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    max_grad_norm: float = Field(1.0, ge=0, description="Gradient clipping norm (0 disables)")
+    max_seq_length: int = Field(512, ge=8, le=131072, description="Longer examples are truncated")
+    packing: bool = Field(False, description="Pack several examples into one row")
+    validation_split: float = Field(0.0, ge=0, lt=1, description="Fraction of examples held out for validation")
+    gradient_accumulation_steps: int = Field(1, ge=1, description="Micro-batches per optimizer step")
+    seed: int = Field(42, ge=0, description="Random seed")
+    logging_steps: int = Field(1, ge=1, description="Emit a step event every N optimizer steps")
+
+    @model_validator(mode="after")
+    def _contradictions(self) -> TrainingConfig:
+        if self.method == "qlora" and self.quantization is None:
+            raise ValueError("method 'qlora' needs quantization '4bit' or '8bit'")
+        if self.quantization is not None and self.method not in ("qlora", None):
+            raise ValueError(f"quantization is for method 'qlora' only, not '{self.method}'")
+        return self
+
+    @property
+    def effective_lora_alpha(self) -> float:
+        return self.lora_alpha if self.lora_alpha is not None else 2.0 * self.lora_r
+
+
+class JobSpec(_Strict):
+    """What a user asks for when creating a job (the Create Job dialog's fields, the page's defaults)."""
+
+    name: str = Field(
+        ...,
+        title="Name",
+        pattern=NAME_PATTERN,
+        description="Unique job name, e.g. llama2-customer-support-v1 (letters, digits, . _ -; at most 64)",
+    )
+    cluster: str = Field("local", title="Ray Cluster", description="Ray cluster to submit to; must be running")
+    base_model: str = Field(
+        DEFAULT_BASE_MODEL, title="Base Model", min_length=1, description="HuggingFace model ID or local path"
+    )
+    dataset_path: str = Field(
+        DEFAULT_DATASET_PATH,
+        title="Dataset Path",
+        min_length=1,
+        description="Path on the compute nodes where training data lives (file, folder, s3:// or gs://)",
+    )
+    job_type: Literal["train", "finetune"] = Field(
+        "finetune", title="Job Type", description="train (from scratch) or finetune"
+    )
+    framework: Literal["torch", "tensorflow"] = Field(
+        "torch", title="Framework", description="Training framework: torch (PyTorch) or tensorflow"
+    )
+    epochs: int = Field(3, ge=1, le=10000, title="Epochs", description="Number of passes over the full training dataset")
+    batch_size: int = Field(32, ge=1, le=65536, title="Batch Size", description="Per-worker micro-batch size")
+    workers: int = Field(2, ge=1, le=4096, title="Workers", description="Number of Ray Train workers")
+    cpus_per_worker: float = Field(1.0, gt=0, title="CPUs per worker", description="CPUs reserved by each worker")
+    gpus_per_worker: float = Field(
+        0.0, ge=0, title="GPUs per worker", description="GPUs reserved by each worker (0 = train on CPU)"
+    )
+    output_dir: str | None = Field(
+        None,
+        title="Checkpoint folder",
+        description="Where checkpoints go; default: the checkpoints/ folder beside the data (see README)",
+    )
+    training_config: TrainingConfig | None = Field(
+        None,
+        title="Training config",
+        description="Overrides training_config.json keys found in the dataset path",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name_safe(cls, v: str) -> str:
+        if ".." in v:
+            raise ValueError("must not contain '..'")
+        return v
+
+    @model_validator(mode="after")
+    def _framework_limits(self) -> JobSpec:
+        tc = self.training_config
+        if self.framework == "tensorflow" and tc is not None:
+            if tc.method in ("lora", "qlora"):
+                raise ValueError("framework tensorflow does not support LoRA or DeepSpeed (method must be 'full')")
+            if tc.deepspeed is not None:
+                raise ValueError("framework tensorflow does not support LoRA or DeepSpeed (remove 'deepspeed')")
+        return self
+
+
+def merge_training_config(file_config: dict[str, Any] | None, override: TrainingConfig | None) -> TrainingConfig:
+    """training_config.json from the dataset path, overridden key by key by the spec's own training_config."""
+    merged: dict[str, Any] = dict(file_config or {})
+    if override is not None:
+        merged.update(override.model_dump(exclude_unset=True))
+    return TrainingConfig.model_validate(merged)
+
+
+def error_list(exc: ValidationError) -> list[dict[str, str]]:
+    """Pydantic errors as [{field, message}] with dotted field paths (what forms and the CLI show)."""
+    out = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__")
+        msg = err.get("msg", "invalid")
+        msg = re.sub(r"^Value error, ", "", msg)
+        if err.get("type") == "string_pattern_mismatch" and loc.endswith("name"):
+            msg = "use letters, digits, '.', '_' or '-' (start and end with a letter or digit, at most 64)"
+        out.append({"field": loc, "message": msg})
+    return out
+
+
+def format_errors(exc: ValidationError, prefix: str = "") -> str:
+    return "; ".join(
+        f"{prefix}{e['field']}: {e['message']}" if e["field"] else f"{prefix.rstrip('.')}: {e['message']}".lstrip(": ")
+        for e in error_list(exc)
+    )

@@ -1,0 +1,107 @@
+"""The walking skeleton on a real local Ray cluster: LoRA fine-tune, lifecycle, checkpoints, failure."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from jupyter_cleverthis.service.jobs import JobService
+from jupyter_cleverthis.spec import JobSpec, JobStatus
+
+pytestmark = pytest.mark.integration
+ORDER = ["queued", "initializing", "running", "succeeded"]
+
+
+def test_lora_finetune_two_epochs(ray_cluster, tiny_model, dataset, job_name):
+    from ray.job_submission import JobSubmissionClient
+
+    svc = JobService()
+    spec = JobSpec(name=job_name, base_model=tiny_model, dataset_path=str(dataset), epochs=2, batch_size=8,
+                   workers=2)
+    seen: list[str] = []
+    svc.create(spec, owner="tester")
+    final = svc.wait("local", job_name, poll=0.3, timeout=600,
+                     on_change=lambda d: seen.append(d.status.value) if d.status.value not in seen else None)
+    assert final.status == JobStatus.SUCCEEDED, final.error
+    assert seen == sorted(seen, key=ORDER.index), seen  # never goes backwards
+    assert seen[-1] == "succeeded" and len(seen) >= 2
+
+    # Ray's own client sees the job we submitted, under the same name.
+    ray_client = JobSubmissionClient(ray_cluster.address, headers=ray_cluster.headers())
+    assert ray_client.get_job_info(job_name).metadata["owner"] == "tester"
+
+    root = dataset / "checkpoints"
+    assert final.checkpoint_dir == str(root)
+    assert (root / "epoch-1").is_dir() and (root / "epoch-2").is_dir()
+    assert os.readlink(root / "epoch-final") == "epoch-2"
+    assert [c.name for c in final.checkpoints] == ["epoch-1", "epoch-2"]
+    assert not [p for p in root.iterdir() if p.name.startswith(".tmp")]
+
+    # Loadable exactly as the product page shows.
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(root / "epoch-final"))
+    AutoTokenizer.from_pretrained(str(root / "epoch-final"))
+    assert (root / "epoch-final" / "model.safetensors").exists()
+    base = AutoModelForCausalLM.from_pretrained(tiny_model)
+    peft_model = PeftModel.from_pretrained(base, str(root / "epoch-final" / "adapter_model"))
+    merged = peft_model.merge_and_unload()
+    import torch
+
+    for (k, v), (k2, v2) in zip(model.state_dict().items(), merged.state_dict().items(), strict=True):
+        assert k == k2 and torch.allclose(v, v2, atol=1e-5), k
+
+    steps = [e for e in svc.events("local", job_name) if e["type"] == "step"]
+    assert len(steps) >= 10
+    first, last = steps[0]["loss"], steps[-1]["loss"]
+    assert last < first, (first, last)
+    assert all(e.get("tokens_per_s") is None or e["tokens_per_s"] > 0 for e in steps)
+
+
+def test_missing_dataset_fails_naming_the_path(ray_cluster, tiny_model, tmp_path, job_name):
+    svc = JobService()
+    missing = tmp_path / "no-such-data"
+    svc.create(JobSpec(name=job_name, base_model=tiny_model, dataset_path=str(missing), epochs=1, workers=1))
+    final = svc.wait("local", job_name, poll=0.5, timeout=300)
+    assert final.status == JobStatus.FAILED
+    assert str(missing) in (final.error or "")
+    assert final.error_kind == "dataset"
+    summary = [j for j in svc.list("local") if j.name == job_name][0]
+    assert summary.status == JobStatus.FAILED
+
+
+def test_duplicate_name_and_stopped_cluster_are_clear(ray_cluster, tiny_model, tmp_path, job_name):
+    from jupyter_cleverthis.errors import ClusterNotRunning, JobExists
+
+    svc = JobService()
+    spec = JobSpec(name=job_name, base_model=tiny_model, dataset_path=str(tmp_path / "x"), epochs=1, workers=1)
+    svc.create(spec)
+    with pytest.raises(JobExists, match=job_name):
+        svc.create(spec)
+    with pytest.raises(ClusterNotRunning, match="not running"):
+        svc.create(spec.model_copy(update={"cluster": "http://127.0.0.1:9"}))
+    svc.wait("local", job_name, timeout=300)
+
+
+def test_cli_wait_and_json(ray_cluster, tiny_model, dataset, job_name, capsys):
+    import json
+
+    from jupyter_cleverthis.cli import main
+
+    rc = main(["--name", job_name, "--model", tiny_model, "--dataset", str(dataset), "--epochs", "1",
+               "--batch-size", "16", "--workers", "1", "--wait"])
+    assert rc == 0
+    capsys.readouterr()
+    assert main(["show", job_name, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["status"] == "succeeded" and shown["checkpoints"][0]["name"] == "epoch-1"
+    assert main(["cluster", "list", "--json"]) == 0
+    clusters = json.loads(capsys.readouterr().out)
+    local = [c for c in clusters if c["name"] == "local"][0]
+    assert local["status"] == "running" and local["dashboard_url"].startswith("http://127.0.0.1:")
+    assert main(["list"]) == 0
+    assert job_name in capsys.readouterr().out
+    assert Path(shown["checkpoint_dir"], "epoch-final").exists()

@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cleverthis_runtime.data import (
+    CHATML,
+    INSTRUCTION,
+    DatasetError,
+    data_root,
+    default_checkpoint_dir,
+    load_dataset,
+    tokenize_example,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write(p: Path, lines: list[str]) -> Path:
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def test_detects_instruction_and_chatml():
+    assert load_dataset(str(ROOT / "examples/data")).format == INSTRUCTION
+    assert load_dataset(str(ROOT / "examples/data-chatml/train.jsonl")).format == CHATML
+
+
+@pytest.mark.parametrize(
+    "lines,needle",
+    [
+        (['{"instruction": "a", "output": "b"}', "{broken"], "line 2: broken JSON"),
+        (['{"instruction": "a", "output": "b"}', '{"messages": [{"role": "assistant", "content": "x"}]}'],
+         "line 2: mixes formats"),
+        (['{"text": "hello"}'], "line 1: unknown record shape"),
+        (["[1, 2]"], "line 1: expected a JSON object"),
+        (['{"messages": [{"role": "user", "content": "hi"}]}'], "line 1: a conversation needs"),
+        ([""], "empty file"),
+    ],
+)
+def test_defects_name_file_and_line(tmp_path, lines, needle):
+    f = write(tmp_path / "d.jsonl", lines)
+    with pytest.raises(DatasetError) as e:
+        load_dataset(str(f))
+    assert needle in str(e.value) and str(f) in str(e.value)
+
+
+def test_missing_path_is_named(tmp_path):
+    with pytest.raises(DatasetError, match=str(tmp_path / "nope")):
+        load_dataset(str(tmp_path / "nope"))
+
+
+def test_checkpoint_dir_rule(tmp_path):
+    folder = tmp_path / "training"
+    folder.mkdir()
+    f = write(folder / "a.jsonl", [json.dumps({"instruction": "a", "output": "b"})])
+    assert default_checkpoint_dir(str(folder)) == str(folder / "checkpoints")
+    assert default_checkpoint_dir(str(f)) == str(folder / "checkpoints")
+    arrow = folder / "my-dataset"
+    arrow.mkdir()
+    (arrow / "dataset_info.json").write_text("{}")
+    (arrow / "state.json").write_text("{}")
+    assert data_root(str(arrow)) == str(folder)
+
+
+class _Tok:
+    """A tiny stand-in tokenizer: one id per character of the rendered chat."""
+
+    eos_token = "|"
+
+    def apply_chat_template(self, messages, tokenize=True, add_generation_prompt=False):
+        s = "".join(f"<{m['role'][0]}>{m['content']}|" for m in messages)
+        if add_generation_prompt:
+            s += "<a>"
+        return [ord(c) for c in s]
+
+
+def test_loss_only_on_assistant_tokens():
+    rec = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
+    ex = tokenize_example(_Tok(), rec, CHATML, 100)
+    text = "".join(chr(i) for i in ex["input_ids"])
+    assert text == "<u>hi|<a>yo|"
+    learned = "".join(chr(i) for i, lab in zip(ex["input_ids"], ex["labels"], strict=True) if lab != -100)
+    assert learned == "yo|"
+
+
+def test_truncation_is_counted():
+    rec = {"instruction": "x" * 50, "output": "y"}
+    ex = tokenize_example(_Tok(), rec, INSTRUCTION, 10)
+    assert len(ex["input_ids"]) == 10 and ex["truncated"] == 1
