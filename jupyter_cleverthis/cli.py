@@ -21,7 +21,7 @@ from typing import Any
 from .errors import BadRequest, CleverThisError
 from .spec import DEFAULT_BASE_MODEL, DEFAULT_DATASET_PATH, JobStatus
 
-SUBCOMMANDS = ("create", "list", "show", "logs", "cancel", "cluster")
+SUBCOMMANDS = ("create", "list", "show", "logs", "cancel", "resume", "cluster")
 
 
 class UsageError(CleverThisError):
@@ -83,6 +83,12 @@ def build_parser(prog: str = "cleverthis-train") -> argparse.ArgumentParser:
         cluster_opt(sp)
         if name == "show":
             sp.add_argument("--json", action="store_true")
+
+    rs = sub.add_parser("resume", help="continue a job from its latest checkpoint as a new job")
+    rs.add_argument("name")
+    cluster_opt(rs)
+    rs.add_argument("--epochs", type=_int("--epochs"), default=None, help="default: the epochs that remain")
+    rs.add_argument("--new-name", dest="new_name", default=None, help="default: NAME-resume-N")
 
     cl = sub.add_parser("cluster", help="manage clusters: up, down, list")
     cl.add_argument("action", choices=["up", "down", "list"])
@@ -237,9 +243,13 @@ def execute(a: argparse.Namespace, out: Callable[[str], None], *, service: Any =
         out(d.model_dump_json(indent=2) if a.json else detail_text(d))
         return d
     if cmd == "logs":
-        text = svc.logs(a.cluster, a.name)
+        text = svc.logs(a.cluster, a.name)["text"]
         out(text)
         return text
+    if cmd == "resume":
+        d = svc.resume(a.cluster, a.name, epochs=a.epochs, new_name=a.new_name)
+        out(f"[{d.name}] resuming '{a.name}' from {d.base_model} for {d.epochs} epoch(s) ({d.status.value})")
+        return d
     if cmd == "cancel":
         d = svc.cancel(a.cluster, a.name)
         out(f"[{d.name}] cancel requested ({d.status.value})")
@@ -247,6 +257,10 @@ def execute(a: argparse.Namespace, out: Callable[[str], None], *, service: Any =
     if cmd == "cluster":
         reg: ClusterRegistry = svc.registry
         if a.action == "up":
+            if reg.local(a.name).is_running():
+                cfg = reg.local(a.name).config()
+                out(f"cluster '{cfg.name}' already running at {cfg.address}")
+                return cfg.public()
             t0 = time.time()
             cfg = reg.local(a.name).up(num_cpus=a.num_cpus)
             out(f"cluster '{cfg.name}' running at {cfg.address} ({time.time() - t0:.1f}s)")

@@ -51,6 +51,12 @@ class JobExists(CleverThisError):
     status, code = 409, "job_exists"
 
 
+class JobConflict(CleverThisError):
+    """The job's state does not allow the operation (e.g. delete a running job)."""
+
+    status, code = 409, "job_conflict"
+
+
 class ClusterError(CleverThisError):
     """Ray answered with an error we cannot map more precisely."""
 

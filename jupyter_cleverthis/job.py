@@ -57,7 +57,12 @@ class Job:
         return pd.DataFrame([{c: r.get(c) for c in cols} for r in rows], columns=cols)
 
     def logs(self) -> str:
-        return self._svc.logs(self.cluster, self.name)
+        return str(self._svc.logs(self.cluster, self.name)["text"])
+
+    def resume(self, epochs: int | None = None, name: str | None = None) -> Job:
+        """A new job continuing this one from its latest checkpoint (remaining epochs by default)."""
+        d = self._svc.resume(self.cluster, self.name, epochs=epochs, new_name=name)
+        return Job(d.name, self.cluster, service=self._svc)
 
     def wait(self, timeout: float | None = None) -> JobDetail:
         return self._svc.wait(self.cluster, self.name, timeout=timeout)

@@ -32,6 +32,6 @@ class TrainMagics(Magics):
         except CleverThisError as e:
             print(f"error: {e.message}")
             return None
-        if a.command in ("create", "show", "cancel"):
+        if a.command in ("create", "show", "cancel", "resume"):
             return Job(result.name, result.cluster)
         return result if a.command in ("list",) else None

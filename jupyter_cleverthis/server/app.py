@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Dict, Type
+from traitlets import Dict, Float, Type, Unicode
 
-from ..service.clusters import ClusterRegistry
+from ..service.clusters import ClusterRegistry, home
 from ..service.jobs import JobService
+from ..service.store import EventStore
 from . import handlers
 
 
@@ -23,10 +24,14 @@ class CleverThisApp(ExtensionApp):
         "The managed `local` cluster and RAY_ADDRESS are always known.",
     )
     service_class = Type(JobService, klass=JobService, config=True, help="The job service implementation")
+    event_store = Unicode("", config=True, help="SQLite file of parsed job events (default $CLEVERTHIS_HOME/events.sqlite)")
+    refresh_interval = Float(3.0, config=True, help="Seconds between the front-ends' job list refreshes")
 
     def initialize_settings(self) -> None:
         registry = ClusterRegistry(extra=dict(self.clusters))
-        self.settings["cleverthis_service"] = self.service_class(registry)
+        store = EventStore(self.event_store or home() / "events.sqlite")
+        self.settings["cleverthis_service"] = self.service_class(registry, store)
+        self.settings["cleverthis_refresh_interval"] = self.refresh_interval
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(handlers.routes())

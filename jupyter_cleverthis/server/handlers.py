@@ -4,12 +4,17 @@ Routes (all under <base_url>cleverthis/api, all authenticated; see docs/rest-api
   GET  /schema                                   JSON Schemas of the job spec and training config
   GET  /clusters                                 clusters with status and resources
   POST /clusters/{cluster}/up | /down            start / stop the managed local cluster
-  GET  /clusters/{cluster}/jobs                  job summaries, newest first
+  POST /clusters/{cluster}/plan                  pre-flight plan for a spec, without submitting
+  GET  /clusters/{cluster}/jobs                  job summaries (?status=&owner=&sort=&offset=&limit=)
   POST /clusters/{cluster}/jobs                  create a job (201); 422 with field errors
-  GET  /clusters/{cluster}/jobs/{name}           job detail
+  GET  /clusters/{cluster}/jobs/{name}           job detail;  DELETE: forget a finished job
   POST /clusters/{cluster}/jobs/{name}/cancel    request cancellation
-  GET  /clusters/{cluster}/jobs/{name}/logs      the job's log text
+  POST /clusters/{cluster}/jobs/{name}/resume    a new job continuing from the latest checkpoint
+  GET  /clusters/{cluster}/jobs/{name}/logs      the job's log text (?offset=&limit=)
+  WS   /clusters/{cluster}/jobs/{name}/logs/tail live log lines
   GET  /clusters/{cluster}/jobs/{name}/events    structured events, ?since=<index>
+  GET  /clusters/{cluster}/jobs/{name}/metrics   loss curves, downsampled (?max_points=)
+Dashboard proxy: <base_url>cleverthis/proxy/{cluster}/{path} (configured clusters only).
 """
 
 from __future__ import annotations
@@ -73,6 +78,26 @@ class BaseHandler(APIHandler):
             raise BadRequest("request body must be a JSON object")
         return body
 
+    def int_arg(self, name: str, default: int) -> int:
+        raw = self.get_query_argument(name, None)
+        if raw is None or raw == "":
+            return default
+        try:
+            value = int(raw)
+        except ValueError as e:
+            raise BadRequest(f"{name} must be a whole number (got '{raw[:40]}')", details={"field": name}) from e
+        if value < 0:
+            raise BadRequest(f"{name} must not be negative", details={"field": name})
+        return value
+
+    def spec_from_body(self, cluster: str) -> Any:
+        body = self.json_body()
+        if body.get("cluster", cluster) != cluster:
+            raise BadRequest(f"body cluster '{body['cluster']}' differs from the URL's '{cluster}'",
+                             details={"field": "cluster"})
+        body["cluster"] = cluster
+        return self.service.validate(body)
+
     def reply(self, data: Any, status: int = 200) -> None:
         self.set_status(status)
         self.finish(json.dumps(data, default=str))
@@ -85,7 +110,8 @@ class BaseHandler(APIHandler):
 class SchemaHandler(BaseHandler):
     @api
     async def get(self) -> None:
-        self.reply({"job_spec": JobSpec.model_json_schema(), "training_config": TrainingConfig.model_json_schema()})
+        self.reply({"job_spec": JobSpec.model_json_schema(), "training_config": TrainingConfig.model_json_schema(),
+                    "refresh_interval_s": self.settings.get("cleverthis_refresh_interval", 3.0)})
 
 
 class ClustersHandler(BaseHandler):
@@ -120,22 +146,27 @@ class ClusterActionHandler(BaseHandler):
 class JobsHandler(BaseHandler):
     @api
     async def get(self, cluster: str) -> None:
-        jobs = await self.run(self.service.list, cluster)
-        status = self.get_query_argument("status", None)
-        if status:
-            jobs = [j for j in jobs if j.status.value == status]
-        self.reply({"jobs": [j.model_dump(mode="json") for j in jobs]})
+        jobs, total = await self.run(
+            self.service.query, cluster,
+            status=self.get_query_argument("status", None) or None,
+            owner=self.get_query_argument("owner", None) or None,
+            sort=self.get_query_argument("sort", "-created_at"),
+            offset=self.int_arg("offset", 0), limit=self.int_arg("limit", 0) or None,
+        )
+        self.reply({"jobs": [j.model_dump(mode="json") for j in jobs], "total": total})
 
     @api
     async def post(self, cluster: str) -> None:
-        body = self.json_body()
-        if body.get("cluster", cluster) != cluster:
-            raise BadRequest(f"body cluster '{body['cluster']}' differs from the URL's '{cluster}'",
-                             details={"field": "cluster"})
-        body["cluster"] = cluster
-        spec = self.service.validate(body)
+        spec = self.spec_from_body(cluster)
         detail = await self.run(self.service.create, spec, owner=self.owner())
         self.reply(detail.model_dump(mode="json"), status=201)
+
+
+class PlanHandler(BaseHandler):
+    @api
+    async def post(self, cluster: str) -> None:
+        spec = self.spec_from_body(cluster)
+        self.reply(await self.run(self.service.preflight, spec))
 
 
 class JobHandler(BaseHandler):
@@ -143,6 +174,12 @@ class JobHandler(BaseHandler):
     async def get(self, cluster: str, name: str) -> None:
         detail = await self.run(self.service.get, cluster, name)
         self.reply(detail.model_dump(mode="json"))
+
+    @api
+    async def delete(self, cluster: str, name: str) -> None:
+        await self.run(self.service.delete, cluster, name)
+        self.set_status(204)
+        self.finish()
 
 
 class CancelHandler(BaseHandler):
@@ -152,33 +189,62 @@ class CancelHandler(BaseHandler):
         self.reply(detail.model_dump(mode="json"))
 
 
+class ResumeHandler(BaseHandler):
+    @api
+    async def post(self, cluster: str, name: str) -> None:
+        body = self.json_body()
+        epochs = body.get("epochs")
+        if epochs is not None and (not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1):
+            raise BadRequest("epochs must be a whole number >= 1", details={"field": "epochs"})
+        new_name = body.get("name")
+        if new_name is not None and not isinstance(new_name, str):
+            raise BadRequest("name must be a string", details={"field": "name"})
+        detail = await self.run(self.service.resume, cluster, name, epochs=epochs, new_name=new_name,
+                                owner=self.owner())
+        self.reply(detail.model_dump(mode="json"), status=201)
+
+
 class LogsHandler(BaseHandler):
     @api
     async def get(self, cluster: str, name: str) -> None:
-        self.reply({"text": await self.run(self.service.logs, cluster, name)})
+        self.reply(await self.run(self.service.logs, cluster, name, offset=self.int_arg("offset", 0),
+                                  limit=self.int_arg("limit", 0) or None))
 
 
 class EventsHandler(BaseHandler):
     @api
     async def get(self, cluster: str, name: str) -> None:
-        try:
-            since = int(self.get_query_argument("since", "0"))
-        except ValueError as e:
-            raise BadRequest("since must be a whole number", details={"field": "since"}) from e
+        since = self.int_arg("since", 0)
         evs = await self.run(self.service.events, cluster, name, since)
         self.reply({"events": evs, "next": evs[-1]["i"] if evs else since})
 
 
-def routes() -> list[tuple[str, type[BaseHandler]]]:
+class MetricsHandler(BaseHandler):
+    @api
+    async def get(self, cluster: str, name: str) -> None:
+        n = self.int_arg("max_points", 1000)
+        if not 4 <= n <= 100_000:
+            raise BadRequest("max_points must be between 4 and 100000", details={"field": "max_points"})
+        self.reply(await self.run(self.service.metrics, cluster, name, max_points=n))
+
+
+def routes() -> list[tuple[str, type[Any]]]:
+    from .proxy import DashboardProxyHandler, LogTailHandler
+
     base = "/cleverthis/api"
     job = rf"{base}/clusters/({NAME})/jobs/({NAME})"
     return [
         (rf"{base}/schema", SchemaHandler),
         (rf"{base}/clusters", ClustersHandler),
         (rf"{base}/clusters/({NAME})/(up|down)", ClusterActionHandler),
+        (rf"{base}/clusters/({NAME})/plan", PlanHandler),
         (rf"{base}/clusters/({NAME})/jobs", JobsHandler),
         (job, JobHandler),
         (rf"{job}/cancel", CancelHandler),
+        (rf"{job}/resume", ResumeHandler),
         (rf"{job}/logs", LogsHandler),
+        (rf"{job}/logs/tail", LogTailHandler),
         (rf"{job}/events", EventsHandler),
+        (rf"{job}/metrics", MetricsHandler),
+        (r"/cleverthis/proxy/([^/]+)/(.*)", DashboardProxyHandler),
     ]

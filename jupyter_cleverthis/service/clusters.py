@@ -218,13 +218,22 @@ def cluster_resources(cfg: ClusterConfig, timeout: float = 5.0) -> dict[str, Any
     except (requests.RequestException, ValueError, AttributeError):
         return None
     load = (data or {}).get("loadMetricsReport") or {}
-    usage = load.get("usage") or {}
-    out: dict[str, Any] = {}
-    for kind, pair in usage.items():
-        if kind in ("CPU", "GPU", "memory", "object_store_memory") and isinstance(pair, list) and len(pair) == 2:
-            used, total = pair
-            out[kind] = {"total": total, "free": total - used}
-    return out or None
+
+    def pairs(usage: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for kind, pair in (usage or {}).items():
+            key = {"objectStoreMemory": "object_store_memory"}.get(kind, kind)
+            if key in ("CPU", "GPU", "memory") and isinstance(pair, list) and len(pair) == 2:
+                used, total = pair
+                out[key] = {"total": total, "free": total - used}
+        return out
+
+    out = pairs(load.get("usage") or {})
+    if not out:
+        return None
+    nodes = load.get("usageByNode") or {}
+    out["nodes"] = [{"node_id": nid, **pairs(u)} for nid, u in nodes.items()]
+    return out
 
 
 class ClusterRegistry:

@@ -12,17 +12,28 @@ import logging
 import os
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
-import cleverthis_runtime
-from cleverthis_runtime.events import parse_events
 from pydantic import ValidationError
 
-from ..errors import ClusterError, ClusterNotRunning, InvalidSpec, JobExists, JobNotFound
+import cleverthis_runtime
+from cleverthis_runtime.triage import advice_for, classify
+
+from ..errors import (
+    BadRequest,
+    ClusterError,
+    ClusterNotRunning,
+    InvalidSpec,
+    JobConflict,
+    JobExists,
+    JobNotFound,
+)
 from ..spec import JobSpec, JobStatus, error_list, format_errors
-from .clusters import ClusterConfig, ClusterRegistry, ping
+from .clusters import ClusterConfig, ClusterRegistry, cluster_resources, home, ping
 from .models import Checkpoint, JobDetail, JobSummary, Metrics
+from .store import EventStore
 
 log = logging.getLogger(__name__)
 
@@ -34,38 +45,18 @@ RAY_TO_STATUS = {
     "FAILED": JobStatus.FAILED,
     "STOPPED": JobStatus.CANCELLED,
 }
-RUNNING_PHASES = {"running", "training_done", "succeeded"}
-
-
-class _JobEvents:
-    """Events parsed so far from one job's log (the log is only read past what was already parsed)."""
-
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-        self.offset = 0
-        self.final = False
-        self.seen: set[tuple[str, int]] = set()
-
-    def feed(self, text: str) -> None:
-        if len(text) < self.offset:  # the log was rotated or truncated: start over
-            self.offset, self.events, self.seen = 0, [], set()
-        end = text.rfind("\n") + 1
-        if end <= self.offset:
-            return
-        for ev in parse_events(text[self.offset:end].splitlines()):
-            key = (str(ev.get("src")), int(ev.get("seq", 0)))
-            if key not in self.seen:
-                self.seen.add(key)
-                ev["i"] = len(self.events) + 1
-                self.events.append(ev)
-        self.offset = end
+# Phases the runtime reports while Ray says RUNNING: before the workers start the job is still waiting for
+# capacity (queued), while they load data and weights it is initializing, then running.
+QUEUED_PHASES = {"initializing", "starting_workers"}
+INITIALIZING_PHASES = {"loading_data", "loading_model"}
+PREFLIGHT_ENTRYPOINT = "python -m cleverthis_runtime.preflight"
 
 
 class JobService:
-    def __init__(self, registry: ClusterRegistry | None = None) -> None:
+    def __init__(self, registry: ClusterRegistry | None = None, store: EventStore | None = None) -> None:
         self.registry = registry or ClusterRegistry()
+        self.store = store or EventStore(home() / "events.sqlite")
         self._clients: dict[tuple[str, str], Any] = {}
-        self._events: dict[tuple[str, str], _JobEvents] = {}
         self._lock = threading.Lock()
 
     # -- clusters ---------------------------------------------------------------------------------------------
@@ -109,14 +100,7 @@ class JobService:
         except ValidationError as e:
             raise InvalidSpec(f"invalid job spec: {format_errors(e)}", details={"errors": error_list(e)}) from e
 
-    def create(self, spec: JobSpec, *, owner: str | None = None) -> JobDetail:
-        self.ensure_running(spec.cluster)
-        client = self.client(spec.cluster)
-        if self._info(client, spec.name) is not None:
-            raise JobExists(
-                f"a job named '{spec.name}' already exists on cluster '{spec.cluster}'; choose another name",
-                details={"field": "name"},
-            )
+    def _runtime_env(self, spec: JobSpec) -> dict[str, Any]:
         env_vars = {
             "CLEVERTHIS_SPEC": spec.model_dump_json(),
             "CLEVERTHIS_JOB": spec.name,
@@ -126,10 +110,55 @@ class JobService:
         for passthrough in ("HF_HOME", "HF_HUB_OFFLINE", "TORCH_EXTENSIONS_DIR"):
             if os.environ.get(passthrough):
                 env_vars[passthrough] = os.environ[passthrough]
-        runtime_env = {
-            "py_modules": [str(Path(cleverthis_runtime.__file__).parent)],
-            "env_vars": env_vars,
-        }
+        return {"py_modules": [str(Path(cleverthis_runtime.__file__).parent)], "env_vars": env_vars}
+
+    def preflight(self, spec: JobSpec, *, quick: bool = False, timeout: float = 120.0) -> dict[str, Any]:
+        """Run the runtime's pre-flight on the cluster (a short Ray job on the head node) and return its answer."""
+        self.ensure_running(spec.cluster)
+        client = self.client(spec.cluster)
+        sid = f"cleverthis-preflight-{uuid.uuid4().hex[:12]}"
+        client.submit_job(entrypoint=PREFLIGHT_ENTRYPOINT + (" --quick" if quick else ""), submission_id=sid,
+                          runtime_env=self._runtime_env(spec), metadata={MARK: "preflight"})
+        end = time.time() + timeout
+        try:
+            while True:
+                status = str(client.get_job_status(sid))
+                if status.endswith(("SUCCEEDED", "FAILED", "STOPPED")):
+                    break
+                if time.time() > end:
+                    client.stop_job(sid)
+                    raise ClusterError(f"the pre-flight check did not finish within {timeout:.0f}s "
+                                       f"(is the cluster's head node busy?)")
+                time.sleep(0.2)
+            text = client.get_job_logs(sid)
+        finally:
+            try:
+                client.stop_job(sid)
+                client.delete_job(sid)
+            except Exception:  # best effort: a finished preflight job is only clutter
+                pass
+        from cleverthis_runtime.events import parse_events
+
+        found = [e for e in parse_events(text.splitlines()) if e["type"] == "preflight"]
+        if not found:
+            raise ClusterError(f"the pre-flight check failed on the cluster: {_short_message(text) or status}")
+        result = {k: v for k, v in found[-1].items() if k not in ("src", "seq", "t", "type")}
+        return result
+
+    def create(self, spec: JobSpec, *, owner: str | None = None, check: bool = True) -> JobDetail:
+        """Validate (schema), check feasibility on the cluster, then submit. Raises with the field that is wrong."""
+        self.ensure_running(spec.cluster)
+        client = self.client(spec.cluster)
+        if self._info(client, spec.name) is not None:
+            raise JobExists(
+                f"a job named '{spec.name}' already exists on cluster '{spec.cluster}'; choose another name",
+                details={"field": "name"},
+            )
+        if check:
+            pf = self.preflight(spec, quick=True)
+            if pf["errors"]:
+                first = pf["errors"][0]
+                raise InvalidSpec(f"{first['field']}: {first['message']}", details={"errors": pf["errors"]})
         metadata = {
             MARK: "1",
             "owner": owner or _default_owner(),
@@ -138,7 +167,8 @@ class JobService:
         }
         try:
             client.submit_job(
-                entrypoint=ENTRYPOINT, submission_id=spec.name, runtime_env=runtime_env, metadata=metadata
+                entrypoint=ENTRYPOINT, submission_id=spec.name, runtime_env=self._runtime_env(spec),
+                metadata=metadata,
             )
         except RuntimeError as e:
             if "already exists" in str(e):
@@ -147,7 +177,13 @@ class JobService:
             raise ClusterError(f"Ray refused the job: {_short(e)}") from e
         return self.get(spec.cluster, spec.name)
 
-    def list(self, cluster: str) -> list[JobSummary]:
+    def list(self, cluster: str, *, status: str | None = None, owner: str | None = None,
+             sort: str = "-created_at", offset: int = 0, limit: int | None = None) -> list[JobSummary]:
+        return self.query(cluster, status=status, owner=owner, sort=sort, offset=offset, limit=limit)[0]
+
+    def query(self, cluster: str, *, status: str | None = None, owner: str | None = None,
+              sort: str = "-created_at", offset: int = 0, limit: int | None = None) -> tuple[list[JobSummary], int]:
+        """Jobs of a cluster, filtered, sorted (`name`, `created_at`, `status`, `-` for descending), paged."""
         self.ensure_running(cluster)
         client = self.client(cluster)
         try:
@@ -158,9 +194,19 @@ class JobService:
         for info in infos:
             if (info.metadata or {}).get(MARK) != "1" or not info.submission_id:
                 continue
-            out.append(self._summary(cluster, info))
-        out.sort(key=lambda j: j.created_at or 0, reverse=True)
-        return out
+            if owner and (info.metadata or {}).get("owner") != owner:
+                continue
+            summary = self._summary(cluster, info)
+            if status and summary.status.value != status:
+                continue
+            out.append(summary)
+        key = sort.lstrip("-")
+        if key not in ("name", "created_at", "status", "elapsed_s", "owner"):
+            raise BadRequest(f"sort must be one of name, created_at, status, elapsed_s, owner (got '{sort}')",
+                             details={"field": "sort"})
+        out.sort(key=lambda j: (getattr(j, key) is None, getattr(j, key) or 0), reverse=sort.startswith("-"))
+        total = len(out)
+        return out[offset: offset + limit if limit else None], total
 
     def get(self, cluster: str, name: str) -> JobDetail:
         client = self.client(cluster)
@@ -185,14 +231,37 @@ class JobService:
             elif t == "checkpoint" and ev.get("name", "").startswith("epoch-") and ev.get("name") != "epoch-final":
                 detail.checkpoints.append(Checkpoint(**{k: ev.get(k) for k in Checkpoint.model_fields}))
             elif t == "error" and detail.error is None:
-                detail.error, detail.error_kind = ev.get("message"), ev.get("kind") or ev.get("error_type")
-        if detail.status == JobStatus.FAILED and detail.error is None:
-            detail.error = info.message
+                detail.error, detail.error_kind = ev.get("message"), ev.get("kind")
+                detail.traceback = ev.get("traceback")
+        if detail.status == JobStatus.FAILED:
+            if detail.error is None:
+                detail.error = _short_message(info.message) or "the job failed"
+                detail.traceback = info.message
+                detail.error_kind = classify(info.message or "")[0]
+            detail.error_kind = detail.error_kind or classify(detail.error)[0]
+            detail.advice = advice_for(detail.error_kind)
         if detail.error:
             detail.message = detail.error
+        if detail.status == JobStatus.QUEUED:
+            detail.queued_reason = self._why_queued(cluster, spec or {})
         cfg = self.cluster(cluster)
         detail.log_url = f"{cfg.address}/#/jobs/{info.job_id or name}"
+        detail.serving = _serving_values(detail)
         return detail
+
+    def _why_queued(self, cluster: str, spec: dict[str, Any]) -> dict[str, Any]:
+        workers = int(spec.get("workers") or 1)
+        per = {"CPU": float(spec.get("cpus_per_worker") or 1)}
+        if spec.get("gpus_per_worker"):
+            per["GPU"] = float(spec["gpus_per_worker"])
+        res = cluster_resources(self.cluster(cluster)) or {}
+        free = {k: v.get("free") for k, v in res.items() if k in per}
+        need = {k: v * workers for k, v in per.items()}
+        short = [k for k, v in need.items() if (free.get(k) or 0) < v]
+        text = (f"waiting for {', '.join(f'{need[k]:g} {k}' for k in short)}: {', '.join(f'{free.get(k) or 0:g} free' for k in short)}"
+                if short else "waiting for the workers to start")
+        return {"requested": {"workers": workers, "per_worker": per, "total": need}, "free": free,
+                "nodes": res.get("nodes"), "message": text}
 
     def events(self, cluster: str, name: str, since: int = 0) -> list[dict[str, Any]]:
         """Events with index `i` > since (indices count from 1 in log order)."""
@@ -200,13 +269,35 @@ class JobService:
         info = self._info(client, name)
         if info is None:
             raise JobNotFound(f"no job named '{name}' on cluster '{cluster}'", details={"field": "name"})
-        return [e for e in self._refresh_events(cluster, name, info) if e["i"] > since]
+        self._refresh_events(cluster, name, info)
+        return self.store.events(cluster, name, since)
 
-    def logs(self, cluster: str, name: str) -> str:
+    def metrics(self, cluster: str, name: str, *, max_points: int = 1000) -> dict[str, Any]:
+        """Loss curves for plotting: step series downsampled (MinMaxLTTB) to at most max_points."""
+        evs = self.events(cluster, name)
+        steps = [e for e in evs if e["type"] == "step" and e.get("loss") is not None]
+        x = [float(e["step"]) for e in steps]
+        y = [float(e["loss"]) for e in steps]
+        idx = downsample(x, y, max_points)
+        return {
+            "count": len(steps),
+            "step": [x[i] for i in idx],
+            "loss": [y[i] for i in idx],
+            "epochs": [{"epoch": e.get("epoch"), "step": e.get("step"), "train_loss": e.get("train_loss")}
+                       for e in evs if e["type"] == "epoch"],
+            "validation": [{"epoch": e.get("epoch"), "eval_loss": e.get("eval_loss")}
+                           for e in evs if e["type"] == "validation"],
+            "latest": {k: steps[-1].get(k) for k in ("step", "total_steps", "epoch", "loss", "learning_rate",
+                                                     "tokens_per_s", "eta_s")} if steps else None,
+        }
+
+    def logs(self, cluster: str, name: str, *, offset: int = 0, limit: int | None = None) -> dict[str, Any]:
         client = self.client(cluster)
         if self._info(client, name) is None:
             raise JobNotFound(f"no job named '{name}' on cluster '{cluster}'", details={"field": "name"})
-        return str(client.get_job_logs(name))
+        text = str(client.get_job_logs(name))
+        end = len(text) if limit is None else min(len(text), offset + limit)
+        return {"text": text[offset:end], "offset": offset, "next": end, "size": len(text)}
 
     def cancel(self, cluster: str, name: str) -> JobDetail:
         client = self.client(cluster)
@@ -215,6 +306,35 @@ class JobService:
         client.stop_job(name)
         return self.get(cluster, name)
 
+    def delete(self, cluster: str, name: str) -> None:
+        """Forget a finished job (Ray's record and our events); its checkpoints stay on disk."""
+        d = self.get(cluster, name)
+        if not d.status.is_terminal():
+            raise JobConflict(f"job '{name}' is {d.status.value}; cancel it before deleting", details={"field": "name"})
+        self.client(cluster).delete_job(name)
+        self.store.forget(cluster, name)
+
+    def resume(self, cluster: str, name: str, *, epochs: int | None = None, new_name: str | None = None,
+               owner: str | None = None) -> JobDetail:
+        """A new job continuing `name` from its latest checkpoint; epochs default to what remains."""
+        d = self.get(cluster, name)
+        if not d.status.is_terminal():
+            raise JobConflict(f"job '{name}' is still {d.status.value}; cancel it or wait for it to end",
+                              details={"field": "name"})
+        if not d.checkpoints or d.spec is None:
+            raise JobConflict(f"job '{name}' wrote no checkpoint to resume from", details={"field": "name"})
+        last = d.checkpoints[-1]
+        done = int(last.epoch or 0)
+        remaining = epochs if epochs is not None else int(d.spec.get("epochs", 0)) - done
+        if remaining < 1:
+            raise JobConflict(f"job '{name}' already finished its {d.spec.get('epochs')} epochs; pass epochs to "
+                              "train further", details={"field": "epochs"})
+        base = d.spec.get("base_model")
+        spec_data = {**d.spec, "name": new_name or _next_name(name, self, cluster), "base_model": last.path,
+                     "epochs": remaining, "output_dir": d.checkpoint_dir}
+        spec = self.validate(spec_data)
+        log.info("resuming %s from %s (base %s) as %s", name, last.path, base, spec.name)
+        return self.create(spec, owner=owner)
     def wait(self, cluster: str, name: str, *, timeout: float | None = None, poll: float = 1.0,
              on_change: Any = None) -> JobDetail:
         end = None if timeout is None else time.time() + timeout
@@ -241,29 +361,29 @@ class JobService:
             raise ClusterError(f"Ray could not describe job '{name}': {_short(e)}") from e
 
     def _refresh_events(self, cluster: str, name: str, info: Any) -> list[dict[str, Any]]:
-        key = (cluster, name)
-        with self._lock:
-            je = self._events.setdefault(key, _JobEvents())
-        if je.final:
-            return je.events
-        terminal = str(info.status) in ("SUCCEEDED", "FAILED", "STOPPED")
-        try:
-            text = self.client(cluster).get_job_logs(name)
-        except Exception as e:  # logs can lag behind a just-submitted job
-            log.debug("logs of %s not available yet: %s", name, e)
-            return je.events
-        je.feed(text if text.endswith("\n") or not terminal else text + "\n")
-        je.final = terminal
-        return je.events
+        _, final = self.store.cursor(cluster, name)
+        if not final:
+            terminal = str(getattr(info.status, "value", info.status)) in ("SUCCEEDED", "FAILED", "STOPPED")
+            try:
+                text = self.client(cluster).get_job_logs(name)
+            except Exception as e:  # logs can lag behind a just-submitted job
+                log.debug("logs of %s not available yet: %s", name, e)
+            else:
+                self.store.ingest(cluster, name, text, final=terminal)
+        return self.store.events(cluster, name)
 
     def _summary(self, cluster: str, info: Any, evs: list[dict[str, Any]] | None = None) -> JobSummary:
         ray_status = str(getattr(info.status, "value", info.status))
         status = RAY_TO_STATUS.get(ray_status)
-        if status is None:  # RUNNING: the runtime's phase events tell initializing from running
+        if status is None:  # RUNNING: the runtime's phase events tell queued / initializing / running apart
             if evs is None:
                 evs = self._refresh_events(cluster, info.submission_id, info)
             phases = [e.get("phase") for e in evs if e["type"] == "phase"]
-            status = JobStatus.RUNNING if any(p in RUNNING_PHASES for p in phases) else JobStatus.INITIALIZING
+            status = JobStatus.QUEUED
+            if any(p in INITIALIZING_PHASES for p in phases):
+                status = JobStatus.INITIALIZING
+            if any(p not in QUEUED_PHASES and p not in INITIALIZING_PHASES for p in phases):
+                status = JobStatus.RUNNING
         spec = _spec_of(info) or {}
         created = info.start_time / 1000 if info.start_time else None
         ended = info.end_time / 1000 if info.end_time else None
@@ -321,3 +441,34 @@ def _short_message(msg: str | None) -> str | None:
         return None
     lines = [ln for ln in msg.strip().splitlines() if ln.strip()]
     return lines[-1][:500] if lines else None
+
+
+def _next_name(name: str, svc: JobService, cluster: str) -> str:
+    base = name.split("-resume-")[0][:50]
+    for n in range(1, 1000):
+        cand = f"{base}-resume-{n}"
+        if svc._info(svc.client(cluster), cand) is None:
+            return cand
+    raise JobExists(f"too many resumed jobs of '{name}'")
+
+
+def _serving_values(d: JobDetail) -> dict[str, Any] | None:
+    """What the Model Serving page asks for: the model path, and the LoRA adapter path when there is one."""
+    if not d.checkpoint_dir or not d.checkpoints:
+        return None
+    final = os.path.join(d.checkpoint_dir, "epoch-final") if d.status == JobStatus.SUCCEEDED else d.checkpoints[-1].path
+    out: dict[str, Any] = {"model_path": final}
+    if d.checkpoints[-1].adapter_path:
+        out["lora_adapter_path"] = os.path.join(final, "adapter_model")
+        out["base_model"] = (d.spec or {}).get("base_model")
+    return out
+
+
+def downsample(x: list[float], y: list[float], n: int) -> list[int]:
+    """Indices of at most n points that keep the curve's shape (MinMaxLTTB from tsdownsample)."""
+    if len(x) <= n:
+        return list(range(len(x)))
+    import numpy as np
+    from tsdownsample import MinMaxLTTBDownsampler
+
+    return [int(i) for i in MinMaxLTTBDownsampler().downsample(np.asarray(x), np.asarray(y), n_out=max(n, 4))]

@@ -57,5 +57,9 @@ class JobDetail(JobSummary):
     metrics: Metrics | None = None
     error: str | None = None
     error_kind: str | None = None
+    advice: str | None = None
+    traceback: str | None = None
+    queued_reason: dict[str, Any] | None = None
+    serving: dict[str, Any] | None = None
     log_url: str | None = None
     plan: dict[str, Any] | None = None

@@ -17,25 +17,7 @@ from pydantic import ValidationError
 from . import checkpoints, events
 from .data import DatasetError, default_checkpoint_dir, load_dataset, read_training_config
 from .spec import JobSpec, format_errors, merge_training_config
-
-ERROR_KINDS = {
-    "DatasetError": "dataset",
-    "CheckpointError": "checkpoint",
-    "OutOfMemoryError": "out_of_memory",
-    "OSError": "io",
-}
-
-
-def classify(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}"
-    if "out of memory" in text.lower():
-        return "out_of_memory"
-    if "No space left" in text:
-        return "disk_full"
-    for name, kind in ERROR_KINDS.items():
-        if name in text:
-            return kind
-    return "training"
+from .triage import classify
 
 
 def prepare(spec: JobSpec, job: str) -> dict[str, Any]:
@@ -115,7 +97,9 @@ def main() -> int:
         return 1
     except Exception as e:  # the job's last word: classified, then the traceback for the log
         cause = _root_cause(e)
-        events.emit("error", kind=classify(cause), error_type=type(cause).__name__, message=str(cause))
+        kind, _ = classify(f"{type(cause).__name__}: {cause}")
+        events.emit("error", kind=kind, error_type=type(cause).__name__, message=str(cause),
+                    traceback=traceback.format_exc()[-8000:])
         traceback.print_exc()
         return 1
     events.emit("phase", phase="succeeded")

@@ -54,6 +54,15 @@ def test_lora_finetune_two_epochs(ray_cluster, tiny_model, dataset, job_name):
     for (k, v), (k2, v2) in zip(model.state_dict().items(), merged.state_dict().items(), strict=True):
         assert k == k2 and torch.allclose(v, v2, atol=1e-5), k
 
+    # Resume: a new job from the latest checkpoint continues the numbering (epoch-3 follows epoch-2).
+    resumed = svc.resume("local", job_name, epochs=1)
+    assert resumed.name == f"{job_name}-resume-1"
+    done = svc.wait("local", resumed.name, poll=0.5, timeout=600)
+    assert done.status == JobStatus.SUCCEEDED, done.error
+    assert [c.name for c in done.checkpoints] == ["epoch-3"]
+    assert os.readlink(root / "epoch-final") == "epoch-3"
+    assert done.serving["lora_adapter_path"].endswith("epoch-final/adapter_model")
+
     steps = [e for e in svc.events("local", job_name) if e["type"] == "step"]
     assert len(steps) >= 10
     first, last = steps[0]["loss"], steps[-1]["loss"]
@@ -64,11 +73,13 @@ def test_lora_finetune_two_epochs(ray_cluster, tiny_model, dataset, job_name):
 def test_missing_dataset_fails_naming_the_path(ray_cluster, tiny_model, tmp_path, job_name):
     svc = JobService()
     missing = tmp_path / "no-such-data"
-    svc.create(JobSpec(name=job_name, base_model=tiny_model, dataset_path=str(missing), epochs=1, workers=1))
+    # check=False skips the pre-flight (which would refuse it at create) to prove the runtime's own error.
+    svc.create(JobSpec(name=job_name, base_model=tiny_model, dataset_path=str(missing), epochs=1, workers=1),
+               check=False)
     final = svc.wait("local", job_name, poll=0.5, timeout=300)
     assert final.status == JobStatus.FAILED
     assert str(missing) in (final.error or "")
-    assert final.error_kind == "dataset"
+    assert final.error_kind == "dataset" and "check the path" in (final.advice or "")
     summary = [j for j in svc.list("local") if j.name == job_name][0]
     assert summary.status == JobStatus.FAILED
 
@@ -78,9 +89,9 @@ def test_duplicate_name_and_stopped_cluster_are_clear(ray_cluster, tiny_model, t
 
     svc = JobService()
     spec = JobSpec(name=job_name, base_model=tiny_model, dataset_path=str(tmp_path / "x"), epochs=1, workers=1)
-    svc.create(spec)
+    svc.create(spec, check=False)
     with pytest.raises(JobExists, match=job_name):
-        svc.create(spec)
+        svc.create(spec, check=False)
     with pytest.raises(ClusterNotRunning, match="not running"):
         svc.create(spec.model_copy(update={"cluster": "http://127.0.0.1:9"}))
     svc.wait("local", job_name, timeout=300)

@@ -23,42 +23,128 @@ async def test_clusters_and_schema(jp_fetch, ray_cluster):
     assert schema["job_spec"]["properties"]["epochs"]["default"] == 3
 
 
-async def test_create_list_detail_cancel(jp_fetch, ray_cluster, tiny_model, dataset, job_name):
+async def _until(fetch_detail, pred, tries=240, delay=0.5):
+    import asyncio
+
+    for _ in range(tries):
+        detail = await fetch_detail()
+        if pred(detail):
+            return detail
+        await asyncio.sleep(delay)
+    return detail
+
+
+async def test_job_routes_on_a_running_job(jp_fetch, jp_ws_fetch, ray_cluster, tiny_model, dataset, job_name):
+    api = ("cleverthis", "api", "clusters", "local")
     spec = {"name": job_name, "base_model": tiny_model, "dataset_path": str(dataset), "epochs": 50,
             "batch_size": 4, "workers": 1}
-    resp = await jp_fetch("cleverthis", "api", "clusters", "local", "jobs", method="POST", body=json.dumps(spec))
+    resp = await jp_fetch(*api, "jobs", method="POST", body=json.dumps(spec))
     assert resp.code == 201
     created = await _json(resp)
     assert created["name"] == job_name and created["owner"]
-    listed = await _json(await jp_fetch("cleverthis", "api", "clusters", "local", "jobs"))
-    assert job_name in [j["name"] for j in listed["jobs"]]
+    listed = await _json(await jp_fetch(*api, "jobs", params={"owner": created["owner"], "sort": "name"}))
+    assert job_name in [j["name"] for j in listed["jobs"]] and listed["total"] >= 1
+    nobody = await _json(await jp_fetch(*api, "jobs", params={"owner": "nobody-else"}))
+    assert nobody == {"jobs": [], "total": 0}
     with pytest.raises(HTTPClientError) as dup:
-        await jp_fetch("cleverthis", "api", "clusters", "local", "jobs", method="POST", body=json.dumps(spec))
+        await jp_fetch(*api, "jobs", method="POST", body=json.dumps(spec))
     assert dup.value.code == 409 and json.loads(dup.value.response.body)["code"] == "job_exists"
 
-    import asyncio
+    async def detail():
+        return await _json(await jp_fetch(*api, "jobs", job_name))
 
-    for _ in range(240):  # until training runs, then cancel it
-        detail = await _json(await jp_fetch("cleverthis", "api", "clusters", "local", "jobs", job_name))
-        if detail["status"] == "running" and detail["metrics"]:
+    d = await _until(detail, lambda d: d["status"] == "running" and d["metrics"])
+    assert d["status"] == "running", d
+    assert d["plan"]["method"] == "lora" and d["checkpoint_dir"] == str(dataset / "checkpoints")
+
+    # live tail over the server's websocket
+    ws = await jp_ws_fetch(*api, "jobs", job_name, "logs", "tail")
+    got = ""
+    for _ in range(50):
+        msg = await ws.read_message()
+        got += msg or ""
+        if "@@cleverthis-event" in got:
             break
-        await asyncio.sleep(0.5)
-    assert detail["status"] == "running", detail
-    evs = await _json(await jp_fetch("cleverthis", "api", "clusters", "local", "jobs", job_name, "events",
-                                     params={"since": 0}))
+    ws.close()
+    assert "@@cleverthis-event" in got
+
+    evs = await _json(await jp_fetch(*api, "jobs", job_name, "events", params={"since": 0}))
     assert evs["events"] and evs["next"] == evs["events"][-1]["i"]
-    more = await _json(await jp_fetch("cleverthis", "api", "clusters", "local", "jobs", job_name, "events",
-                                      params={"since": evs["next"]}))
+    more = await _json(await jp_fetch(*api, "jobs", job_name, "events", params={"since": evs["next"]}))
     assert all(e["i"] > evs["next"] for e in more["events"])
-    await jp_fetch("cleverthis", "api", "clusters", "local", "jobs", job_name, "cancel", method="POST", body="")
-    for _ in range(120):
-        detail = await _json(await jp_fetch("cleverthis", "api", "clusters", "local", "jobs", job_name))
-        if detail["status"] == "cancelled":
-            break
-        await asyncio.sleep(0.5)
-    assert detail["status"] == "cancelled"
-    logs = await _json(await jp_fetch("cleverthis", "api", "clusters", "local", "jobs", job_name, "logs"))
-    assert "@@cleverthis-event" in logs["text"]
+    m = await _json(await jp_fetch(*api, "jobs", job_name, "metrics", params={"max_points": 10}))
+    assert 1 <= len(m["step"]) <= 10 and len(m["step"]) == len(m["loss"]) and m["count"] >= len(m["step"])
+    part = await _json(await jp_fetch(*api, "jobs", job_name, "logs", params={"offset": 0, "limit": 100}))
+    assert len(part["text"]) == 100 and part["next"] == 100 and part["size"] >= 100
+
+    with pytest.raises(HTTPClientError) as busy:  # delete refuses a running job
+        await jp_fetch(*api, "jobs", job_name, method="DELETE")
+    assert busy.value.code == 409
+
+    with pytest.raises(HTTPClientError) as still:  # resume refuses a running job
+        await jp_fetch(*api, "jobs", job_name, "resume", method="POST", body="{}")
+    assert still.value.code == 409
+    d = await _until(detail, lambda d: len(d["checkpoints"]) >= 1)
+    await jp_fetch(*api, "jobs", job_name, "cancel", method="POST", body="")
+    d = await _until(detail, lambda d: d["status"] == "cancelled")
+    assert d["status"] == "cancelled"
+    done = d["checkpoints"][-1]["epoch"]
+    resp = await jp_fetch(*api, "jobs", job_name, "resume", method="POST", body="{}")
+    resumed = await _json(resp)
+    assert resp.code == 201 and resumed["name"] == f"{job_name}-resume-1"
+    assert resumed["base_model"] == d["checkpoints"][-1]["path"] and resumed["epochs"] == 50 - done
+    await jp_fetch(*api, "jobs", resumed["name"], "cancel", method="POST", body="")
+    resp = await jp_fetch(*api, "jobs", job_name, method="DELETE")
+    assert resp.code == 204
+    with pytest.raises(HTTPClientError) as gone:
+        await jp_fetch(*api, "jobs", job_name)
+    assert gone.value.code == 404
+
+
+async def test_plan_and_feasibility(jp_fetch, ray_cluster, tiny_model, dataset, tmp_path, job_name):
+    api = ("cleverthis", "api", "clusters", "local")
+    spec = {"name": job_name, "base_model": tiny_model, "dataset_path": str(dataset), "workers": 1}
+    plan = await _json(await jp_fetch(*api, "plan", method="POST", body=json.dumps(spec)))
+    assert plan["errors"] == []
+    assert plan["dataset"]["format"] == "instruction" and plan["dataset"]["examples"] == 158
+    assert plan["token_lengths"]["max"] <= 128 and plan["token_lengths"]["mean"] > 0
+    assert plan["plan"]["method"] == "lora" and "training_config" in plan["plan"]["reasons"]["method"]
+    assert plan["checkpoint_dir"] == str(dataset / "checkpoints")
+    # feasibility at create: the dataset must exist on the cluster (checked there), error names the field
+    bad = {**spec, "dataset_path": str(tmp_path / "missing")}
+    with pytest.raises(HTTPClientError) as e:
+        await jp_fetch(*api, "jobs", method="POST", body=json.dumps(bad))
+    body = json.loads(e.value.response.body)
+    assert e.value.code == 422 and body["details"]["errors"][0]["field"] == "dataset_path"
+    assert str(tmp_path / "missing") in body["message"]
+    broken = dataset / "train.jsonl"
+    broken.write_text(broken.read_text() + "{oops\n")
+    with pytest.raises(HTTPClientError) as e:
+        await jp_fetch(*api, "jobs", method="POST", body=json.dumps(spec))
+    assert e.value.code == 422 and "line 159: broken JSON" in json.loads(e.value.response.body)["message"]
+
+
+async def test_dashboard_proxy_reaches_configured_clusters_only(jp_fetch, ray_cluster):
+    resp = await jp_fetch("cleverthis", "proxy", "local", "api", "version")
+    assert resp.code == 200 and "ray_version" in json.loads(resp.body)
+    for bad in ("..%2F..%2Fetc%2Fpasswd", "%2e%2e/api/version", "http:%2F%2Fexample.com"):
+        r = await jp_fetch("cleverthis", "proxy", "local", bad, raise_error=False)
+        assert r.code in (400, 404), (bad, r.code)
+    r = await jp_fetch("cleverthis", "proxy", "elsewhere", "api", "version", raise_error=False)
+    assert r.code == 404
+
+
+async def test_cookie_session_posts_need_xsrf(jp_fetch, jp_serverapp):
+    token = jp_serverapp.identity_provider.token
+    r = await jp_fetch("api", "status", params={"token": token}, headers={"Authorization": ""})
+    cookies = [c.split(";")[0] for c in r.headers.get_list("Set-Cookie")]
+    cookie = "; ".join(c for c in cookies if not c.startswith("_xsrf"))
+    assert cookie
+    ok = await jp_fetch("cleverthis", "api", "clusters", headers={"Authorization": "", "Cookie": cookie})
+    assert ok.code == 200  # the session cookie authenticates reads
+    r = await jp_fetch("cleverthis", "api", "clusters", "local", "jobs", method="POST", body="{}",
+                       headers={"Authorization": "", "Cookie": cookie}, raise_error=False)
+    assert r.code == 403  # ...but a cross-site POST without the XSRF token is refused
 
 
 @pytest.mark.parametrize(

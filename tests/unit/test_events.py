@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 
 from cleverthis_runtime import events
-from jupyter_cleverthis.service.jobs import _JobEvents
+from jupyter_cleverthis.service.store import EventStore
 
 
 def test_emit_then_parse_roundtrip(capsys):
@@ -21,11 +21,39 @@ def test_parse_finds_prefix_after_ray_worker_prefix_and_drops_duplicates():
     assert len(evs) == 1 and evs[0]["seq"] == 4
 
 
-def test_incremental_feed_ignores_partial_last_line():
-    je = _JobEvents()
-    full = events.PREFIX + json.dumps({"src": "d", "seq": 1, "type": "phase", "phase": "running"}) + "\n"
-    je.feed(full[:20])
-    assert je.events == []
-    je.feed(full)
-    je.feed(full + full)  # the same line again (e.g. a replayed tail) counts once
-    assert [e["i"] for e in je.events] == [1]
+def _line(src: str, seq: int, **kw) -> str:
+    return events.PREFIX + json.dumps({"src": src, "seq": seq, "type": "step", **kw}) + "\n"
+
+
+def test_store_ignores_partial_last_line_and_repeats(tmp_path):
+    store = EventStore(tmp_path / "e.sqlite")
+    full = _line("d", 1)
+    store.ingest("c", "j", full[:20], final=False)
+    assert store.events("c", "j") == []
+    store.ingest("c", "j", full, final=False)
+    store.ingest("c", "j", full + full, final=False)  # the same line again (a replayed tail) counts once
+    assert [e["i"] for e in store.events("c", "j")] == [1]
+
+
+def test_store_survives_restart_and_continues_from_offset(tmp_path):
+    path = tmp_path / "e.sqlite"
+    text = _line("rank0", 1, loss=3.0) + _line("rank0", 2, loss=2.0)
+    EventStore(path).ingest("c", "j", text, final=False)
+    again = EventStore(path)  # a new server process
+    assert [e["loss"] for e in again.events("c", "j")] == [3.0, 2.0]
+    again.ingest("c", "j", text + _line("rank0", 3, loss=1.0), final=True)
+    assert [e["i"] for e in again.events("c", "j", since=2)] == [3]
+    assert again.cursor("c", "j")[1] is True
+
+
+def test_store_detects_gaps_and_refills_from_the_full_log(tmp_path):
+    store = EventStore(tmp_path / "e.sqlite")
+    full = _line("rank0", 1) + _line("rank0", 2) + _line("rank0", 3)
+    # A tail that lost line 2: the events it delivered are stored, the hole is visible...
+    store.add_events("c", "j", [json.loads(x[len(events.PREFIX):]) for x in (_line("rank0", 1), _line("rank0", 3))])
+    assert store.gaps("c", "j") == {"rank0": [2]}
+    # ...and the next read of the full log fills it.
+    store.ingest("c", "j", full, final=False)
+    store.ingest("c", "j", full, final=False)
+    assert store.gaps("c", "j") == {}
+    assert sorted(e["seq"] for e in store.events("c", "j")) == [1, 2, 3]

@@ -1,0 +1,123 @@
+"""The event store: parsed job events kept in SQLite so curves and metrics load instantly and survive restarts.
+
+Ray stays the source of truth: the store can always be rebuilt from a job's log. Each job keeps the log
+offset parsed so far; events are unique by (src, seq), and a hole in a source's sequence numbers (a line
+lost on the way) makes the next refresh re-read the whole log.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from cleverthis_runtime.events import parse_events
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+  cluster TEXT NOT NULL, job TEXT NOT NULL, i INTEGER NOT NULL, src TEXT NOT NULL, seq INTEGER NOT NULL,
+  type TEXT NOT NULL, body TEXT NOT NULL,
+  PRIMARY KEY (cluster, job, i), UNIQUE (cluster, job, src, seq)
+);
+CREATE TABLE IF NOT EXISTS cursors (
+  cluster TEXT NOT NULL, job TEXT NOT NULL, log_offset INTEGER NOT NULL, final INTEGER NOT NULL,
+  PRIMARY KEY (cluster, job)
+);
+"""
+
+
+class EventStore:
+    def __init__(self, path: str | Path = ":memory:") -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.executescript(SCHEMA)
+        self._lock = threading.RLock()
+
+    def cursor(self, cluster: str, job: str) -> tuple[int, bool]:
+        row = self._db.execute("SELECT log_offset, final FROM cursors WHERE cluster=? AND job=?",
+                               (cluster, job)).fetchone()
+        return (int(row[0]), bool(row[1])) if row else (0, False)
+
+    def ingest(self, cluster: str, job: str, text: str, *, final: bool) -> int:
+        """Parse the log past the stored offset; returns how many new events were stored."""
+        with self._lock:
+            offset, _ = self.cursor(cluster, job)
+            if len(text) < offset:  # a different (shorter) log: start over
+                offset = 0
+            end = len(text) if final else text.rfind("\n") + 1
+            added = 0
+            if end > offset:
+                added = self._add(cluster, job, parse_events(text[offset:end].splitlines()))
+            if self.gaps(cluster, job) and offset > 0:
+                # A line was lost between reads: re-read everything; (src, seq) uniqueness drops repeats.
+                added += self._add(cluster, job, parse_events(text[:end].splitlines()))
+            self._db.execute("INSERT OR REPLACE INTO cursors VALUES (?, ?, ?, ?)",
+                             (cluster, job, max(end, offset), int(final)))
+            return added
+
+    def _add(self, cluster: str, job: str, evs: Any) -> int:
+        row = self._db.execute("SELECT COALESCE(MAX(i), 0) FROM events WHERE cluster=? AND job=?",
+                               (cluster, job)).fetchone()
+        i = int(row[0])
+        added = 0
+        self._db.execute("BEGIN")
+        try:
+            for ev in evs:
+                cur = self._db.execute(
+                    "INSERT OR IGNORE INTO events VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (cluster, job, i + 1, str(ev.get("src")), int(ev.get("seq", 0)), str(ev["type"]),
+                     json.dumps(ev, separators=(",", ":"))),
+                )
+                if cur.rowcount:
+                    i += 1
+                    added += 1
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        return added
+
+    def add_events(self, cluster: str, job: str, evs: list[dict[str, Any]]) -> int:
+        with self._lock:
+            return self._add(cluster, job, evs)
+
+    def events(self, cluster: str, job: str, since: int = 0, types: tuple[str, ...] | None = None,
+               limit: int | None = None) -> list[dict[str, Any]]:
+        q = "SELECT i, body FROM events WHERE cluster=? AND job=? AND i>?"
+        args: list[Any] = [cluster, job, since]
+        if types:
+            q += f" AND type IN ({','.join('?' * len(types))})"
+            args.extend(types)
+        q += " ORDER BY i"
+        if limit:
+            q += " LIMIT ?"
+            args.append(limit)
+        out = []
+        for i, body in self._db.execute(q, args):
+            ev = json.loads(body)
+            ev["i"] = i
+            out.append(ev)
+        return out
+
+    def gaps(self, cluster: str, job: str) -> dict[str, list[int]]:
+        """Missing sequence numbers per source (each source counts from 1 without holes)."""
+        out: dict[str, list[int]] = {}
+        rows = self._db.execute(
+            "SELECT src, COUNT(*), MAX(seq) FROM events WHERE cluster=? AND job=? GROUP BY src", (cluster, job)
+        ).fetchall()
+        for src, n, mx in rows:
+            if n != mx:
+                have = {s for (s,) in self._db.execute(
+                    "SELECT seq FROM events WHERE cluster=? AND job=? AND src=?", (cluster, job, src))}
+                out[src] = [s for s in range(1, mx + 1) if s not in have][:100]
+        return out
+
+    def forget(self, cluster: str, job: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM events WHERE cluster=? AND job=?", (cluster, job))
+            self._db.execute("DELETE FROM cursors WHERE cluster=? AND job=?", (cluster, job))

@@ -1,0 +1,118 @@
+"""Pre-flight: what a job would do, computed on the cluster without training (`python -m cleverthis_runtime.preflight`).
+
+Runs as a short Ray job on the head node, where the dataset must be readable, and prints one `preflight`
+event: field errors (path + message), the detected dataset format and counts, token-length statistics,
+the merged training config, the checkpoint folder and its owner, and the automatic plan with reasons.
+`--quick` skips loading the tokenizer and model config (used by create's feasibility check).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+from typing import Any
+
+from pydantic import ValidationError
+
+from . import checkpoints, events
+from .data import DatasetError, default_checkpoint_dir, load_dataset, read_training_config
+from .spec import JobSpec, TrainingConfig, error_list, merge_training_config
+
+
+def preflight(spec: JobSpec, *, quick: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {"errors": [], "warnings": []}
+
+    def err(field: str, message: str) -> None:
+        out["errors"].append({"field": field, "message": message})
+
+    tc: TrainingConfig | None = None
+    ds = None
+    if not os.path.exists(spec.dataset_path):
+        err("dataset_path", f"dataset path {spec.dataset_path} does not exist on the cluster's head node")
+    else:
+        try:
+            file_cfg, cfg_path = read_training_config(spec.dataset_path)
+            out["training_config_file"] = cfg_path
+            try:
+                tc = merge_training_config(file_cfg, spec.training_config)
+            except ValidationError as e:
+                for x in error_list(e):
+                    err(f"training_config.{x['field']}".rstrip("."), f"{cfg_path or 'training_config'}: {x['message']}")
+            ds = load_dataset(spec.dataset_path)
+            out["dataset"] = {"format": ds.format, "examples": len(ds.records),
+                              "validation_examples": len(ds.validation), "files": ds.files}
+        except DatasetError as e:
+            err("dataset_path", str(e))
+    if tc is not None:
+        out["training_config"] = tc.model_dump(mode="json")
+
+    ckpt = spec.output_dir or default_checkpoint_dir(spec.dataset_path)
+    out["checkpoint_dir"] = ckpt
+    owner = checkpoints.owner_of(ckpt)
+    out["checkpoint_owner"] = owner
+    resuming = os.path.isdir(spec.base_model) and checkpoints.read_meta(spec.base_model) is not None
+    out["resume_from"] = spec.base_model if resuming else None
+    if owner and owner != spec.name and not (resuming and checkpoints._is_inside(spec.base_model, ckpt)):
+        err("output_dir", f"checkpoint folder {ckpt} belongs to job '{owner}'; choose another location with "
+                          "output_dir, or resume from one of its checkpoints")
+    if quick or ds is None or tc is None:
+        return out
+    _model_facts(spec, tc, ds, out, err)
+    return out
+
+
+def _model_facts(spec: JobSpec, tc: TrainingConfig, ds: Any, out: dict[str, Any], err: Any) -> None:
+    try:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    except ImportError as e:  # the head node lacks the ML libraries: say so, keep the rest
+        out["warnings"].append(f"model facts unavailable on the head node: {e}")
+        return
+    from .data import tokenize_all
+    from .plan import Device, make_plan
+
+    try:
+        tok = AutoTokenizer.from_pretrained(spec.base_model)
+        rows, truncated = tokenize_all(tok, ds.records[:2000], ds.format, tc.max_seq_length)
+        lengths = sorted(len(r["input_ids"]) for r in rows) or [0]
+        out["token_lengths"] = {
+            "sampled": len(lengths), "min": lengths[0], "max": lengths[-1],
+            "mean": round(statistics.fmean(lengths), 1), "p50": lengths[len(lengths) // 2],
+            "p95": lengths[min(len(lengths) - 1, int(len(lengths) * 0.95))], "truncated": truncated,
+        }
+        cfg = AutoConfig.from_pretrained(spec.base_model)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(cfg)
+        params = float(sum(p.numel() for p in model.parameters()))
+    except Exception as e:
+        from .triage import classify
+
+        kind, advice = classify(f"{type(e).__name__}: {e}")
+        err("base_model", f"cannot load {spec.base_model}: {str(e).splitlines()[0][:300]} ({advice})")
+        return
+    out["parameters"] = params
+    if spec.gpus_per_worker > 0 and torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        devices = [Device("cuda", float(p.total_memory), float(f"{p.major}.{p.minor}"))]
+    else:
+        import psutil
+
+        devices = [Device("cpu", float(psutil.virtual_memory().available))]
+    out["plan"] = make_plan(params=params, devices=devices, workers=spec.workers, config=tc).as_dict()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    events.set_source("preflight")
+    try:
+        spec = JobSpec.model_validate_json(os.environ["CLEVERTHIS_SPEC"])
+    except (KeyError, ValidationError) as e:
+        events.emit("preflight", errors=[{"field": "", "message": f"invalid spec: {e}"}])
+        return 1
+    events.emit("preflight", **preflight(spec, quick="--quick" in argv))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

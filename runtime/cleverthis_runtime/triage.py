@@ -1,0 +1,48 @@
+"""Failure triage: a failed job's error classified, paired with the product page's troubleshooting advice."""
+
+from __future__ import annotations
+
+import re
+
+# (kind, patterns, advice) in priority order; the first kind whose pattern matches wins.
+RULES: list[tuple[str, tuple[str, ...], str]] = [
+    ("out_of_memory", (r"out of memory", r"OutOfMemoryError", r"CUDA error: out of memory", r"MemoryError"),
+     "The model + optimizer + activations exceed available memory. Try: 1. QLoRA (method: qlora in "
+     "training_config.json) 2. a smaller batch size 3. gradient checkpointing 4. DeepSpeed ZeRO stage 2 or 3."),
+    ("disk_full", (r"No space left on device", r"ENOSPC", r"Disk quota exceeded"),
+     "A node ran out of disk while writing. Free space under the checkpoint folder (or set output_dir "
+     "elsewhere); earlier checkpoints are intact."),
+    ("gated_model", (r"GatedRepoError", r"gated repo", r"401 Client Error", r"Access to model .* is restricted"),
+     "The model is gated or needs authentication: accept its licence on the Hub and set HF_TOKEN on the "
+     "cluster nodes (or pre-fetch it with `%train download`)."),
+    ("model_not_cached", (r"LocalEntryNotFoundError", r"offline mode", r"HF_HUB_OFFLINE", r"couldn't connect to",
+                          r"Can't load .* is not a local folder", r"is not a local folder and is not a valid model"),
+     "The base model is neither a local path nor in the nodes' model cache, and it cannot be downloaded. "
+     "Pre-fetch it with `%train download MODEL --cluster C`, or pass a local path."),
+    ("dataset", (r"DatasetError", r"dataset path", r"broken JSON", r"unknown record shape", r"mixes formats"),
+     "The dataset could not be used: check the path (it must exist on every node) and the format named "
+     "in the error (line number included)."),
+    ("checkpoint", (r"CheckpointError", r"checkpoint folder"),
+     "The checkpoint folder cannot be used: choose another location with output_dir."),
+    ("worker_lost", (r"ActorDiedError", r"ActorUnavailableError", r"WorkerGroupError", r"node .* died",
+                     r"SIGKILL", r"killed", r"RayActorError"),
+     "A training worker died (node lost, killed, or out of host memory). Check the cluster's nodes; "
+     "resume from the last checkpoint."),
+    ("spec", (r"ValidationError", r"invalid job spec", r"training_config"),
+     "The job spec or training_config.json is invalid: the message names the key."),
+]
+
+
+def classify(text: str) -> tuple[str, str]:
+    """(kind, advice) for an error message or traceback; ("training", generic advice) otherwise."""
+    for kind, patterns, advice in RULES:
+        if any(re.search(p, text, flags=re.IGNORECASE) for p in patterns):
+            return kind, advice
+    return "training", "Training crashed: see the traceback below and the job's log."
+
+
+def advice_for(kind: str) -> str:
+    for k, _, advice in RULES:
+        if k == kind:
+            return advice
+    return "Training crashed: see the traceback below and the job's log."
