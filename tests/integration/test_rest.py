@@ -189,3 +189,14 @@ async def test_every_route_requires_auth(jp_fetch):
             assert b"Traceback" not in resp.body
             checked += 1
     assert checked >= len(routes())
+
+
+async def test_routes_live_under_a_non_root_base_url(jp_fetch, jp_base_url, jp_http_port, jp_serverapp):
+    from tornado.httpclient import AsyncHTTPClient
+
+    assert jp_base_url not in ("", "/")  # pytest-jupyter serves under a base_url like /a%40b/, as JupyterHub does
+    assert (await jp_fetch("cleverthis", "api", "schema")).code == 200
+    token = jp_serverapp.identity_provider.token
+    r = await AsyncHTTPClient().fetch(f"http://127.0.0.1:{jp_http_port}/cleverthis/api/schema",
+                                      headers={"Authorization": f"token {token}"}, raise_error=False)
+    assert r.code == 404
