@@ -10,6 +10,7 @@ from __future__ import annotations
 import getpass
 import logging
 import os
+import re
 import threading
 import time
 import uuid
@@ -432,8 +433,16 @@ def _default_owner() -> str:
 
 
 def _short(e: BaseException, limit: int = 300) -> str:
-    s = str(e).strip().splitlines()
-    return (s[-1] if s else type(e).__name__)[:limit]
+    """A one-line reason from a Ray client error, without echoing Ray's response body (it can hold tracebacks)."""
+    text = str(e)
+    log.info("Ray client error: %s", text[:2000])
+    m = re.search(r"status code (\d{3})", text)
+    if m:
+        return f"Ray answered HTTP {m.group(1)}"
+    if "Traceback" in text or "{" in text:
+        return type(e).__name__
+    lines = text.strip().splitlines()
+    return (lines[-1] if lines else type(e).__name__)[:limit]
 
 
 def _short_message(msg: str | None) -> str | None:

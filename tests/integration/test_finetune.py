@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,27 @@ def test_cli_wait_and_json(ray_cluster, tiny_model, dataset, job_name, capsys):
     assert main(["list"]) == 0
     assert job_name in capsys.readouterr().out
     assert Path(shown["checkpoint_dir"], "epoch-final").exists()
+
+
+def test_queued_job_says_why(ray_cluster, tiny_model, dataset, job_name):
+    svc = JobService()
+    # 3 workers x 1 CPU on a 2-CPU cluster: the driver starts, the workers can never be placed.
+    svc.create(JobSpec(name=job_name, base_model=tiny_model, dataset_path=str(dataset), epochs=1, workers=3))
+    seen = set()
+    try:
+        for _ in range(120):
+            d = svc.get("local", job_name)
+            seen.add(d.status.value)
+            if d.phase == "starting_workers":
+                break
+            time.sleep(0.5)
+        assert d.status == JobStatus.QUEUED and d.phase == "starting_workers"
+        reason = d.queued_reason
+        assert reason["requested"]["total"] == {"CPU": 3.0}
+        assert "waiting for 3 CPU" in reason["message"] and reason["nodes"]
+        time.sleep(3)
+        assert svc.get("local", job_name).status == JobStatus.QUEUED  # still waiting, not failed
+    finally:
+        svc.cancel("local", job_name)
+    assert svc.wait("local", job_name, timeout=120).status == JobStatus.CANCELLED
+    assert "running" not in seen

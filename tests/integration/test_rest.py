@@ -94,6 +94,9 @@ async def test_job_routes_on_a_running_job(jp_fetch, jp_ws_fetch, ray_cluster, t
     assert resp.code == 201 and resumed["name"] == f"{job_name}-resume-1"
     assert resumed["base_model"] == d["checkpoints"][-1]["path"] and resumed["epochs"] == 50 - done
     await jp_fetch(*api, "jobs", resumed["name"], "cancel", method="POST", body="")
+    token = ray_cluster.auth_token()
+    for body in (d, resumed, listed, part, evs):
+        assert token not in json.dumps(body)
     resp = await jp_fetch(*api, "jobs", job_name, method="DELETE")
     assert resp.code == 204
     with pytest.raises(HTTPClientError) as gone:
