@@ -1,0 +1,185 @@
+/**
+ * The Create Job dialog: a modal (styled with JupyterLab's `jp-Dialog`
+ * classes) hosting the shared `CreateJobForm`.  Unlike `showDialog`, it stays
+ * open when the server rejects the spec so each 422 error can be shown under
+ * its field.
+ */
+import { Widget } from '@lumino/widgets';
+
+import {
+  CSS_PREFIX,
+  CreateJobForm,
+  IJobDetail,
+  ISchemaBundle,
+  ITransport,
+  JobType,
+  errorMessage,
+  h
+} from './shared';
+
+/** Options of {@link CreateJobDialog}. */
+export interface ICreateJobDialogOptions {
+  transport: ITransport;
+  cluster: string;
+  /** The schema bundle; fetched from the transport when omitted. */
+  schema?: ISchemaBundle;
+  jobType?: JobType;
+  /** Initial field values. */
+  values?: Record<string, unknown>;
+  /** Where to attach the modal (default `document.body`). */
+  host?: HTMLElement;
+}
+
+export class CreateJobDialog extends Widget {
+  constructor(options: ICreateJobDialogOptions) {
+    super();
+    this._options = options;
+    this.addClass('jp-Dialog');
+    this.addClass(`${CSS_PREFIX}-CreateJobDialog`);
+    this.id = `${CSS_PREFIX}-createJobDialog`;
+
+    this._body = h('div', { class: `jp-Dialog-body ${CSS_PREFIX}-dialogBody` }, 'Loading the job schema\u2026');
+    this._submitButton = Private.button('Create', 'jp-mod-accept');
+    this._cancelButton = Private.button('Cancel', 'jp-mod-reject');
+    this._submitButton.disabled = true;
+    const content = h(
+      'div',
+      { class: `jp-Dialog-content ${CSS_PREFIX}-dialogContent`, role: 'dialog', 'aria-modal': 'true', 'aria-label': 'Create Job' },
+      h('div', { class: 'jp-Dialog-header' }, h('div', { class: 'jp-Dialog-title' }, 'Create Job')),
+      this._body,
+      h(
+        'div',
+        { class: 'jp-Dialog-footer' },
+        h('div', { class: 'jp-Dialog-footerButtons' }, this._cancelButton, this._submitButton)
+      )
+    );
+    this.node.appendChild(content);
+    this._submitButton.addEventListener('click', () => void this.submit());
+    this._cancelButton.addEventListener('click', () => this.finish(null));
+    this.node.addEventListener('keydown', this._onKeyDown);
+  }
+
+  /** The form, once the schema has loaded. */
+  get form(): CreateJobForm | null {
+    return this._form;
+  }
+
+  /** Resolves with the created job, or null when the dialog was cancelled. */
+  get result(): Promise<IJobDetail | null> {
+    return this._result;
+  }
+
+  /** Attach the modal, load the schema and build the form. */
+  async open(): Promise<IJobDetail | null> {
+    Widget.attach(this, this._options.host ?? document.body);
+    this._cancelButton.focus();
+    try {
+      const schema = this._options.schema ?? (await this._options.transport.getSchema());
+      if (this.isDisposed) {
+        return this._result;
+      }
+      this._form = new CreateJobForm({
+        schema,
+        cluster: this._options.cluster,
+        jobType: this._options.jobType,
+        values: this._options.values
+      });
+      this._body.replaceChildren(this._form.node);
+      this._submitButton.disabled = false;
+      const first = this._form.node.querySelector<HTMLElement>(
+        `.${CSS_PREFIX}-SchemaForm input, .${CSS_PREFIX}-SchemaForm select`
+      );
+      (first ?? this._submitButton).focus();
+    } catch (err) {
+      this._body.replaceChildren(
+        h('div', { class: `${CSS_PREFIX}-formError` }, `Cannot load the job schema: ${errorMessage(err)}`)
+      );
+    }
+    return this._result;
+  }
+
+  /** Validate and send the spec; closes on success. */
+  async submit(): Promise<IJobDetail | null> {
+    if (!this._form || this._busy) {
+      return null;
+    }
+    this._busy = true;
+    this._submitButton.disabled = true;
+    this._cancelButton.disabled = true;
+    try {
+      const created = await this._form.submit(this._options.transport);
+      if (created) {
+        this.finish(created);
+      }
+      return created;
+    } finally {
+      this._busy = false;
+      if (!this.isDisposed) {
+        this._submitButton.disabled = false;
+        this._cancelButton.disabled = false;
+      }
+    }
+  }
+
+  /** Close the dialog, resolving {@link result}. */
+  finish(value: IJobDetail | null): void {
+    this._resolve(value);
+    this.dispose();
+  }
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this.node.removeEventListener('keydown', this._onKeyDown);
+    this._resolve(null);
+    super.dispose();
+  }
+
+  private _onKeyDown = (event: KeyboardEvent): void => {
+    if (event.key === 'Escape') {
+      event.preventDefault();
+      event.stopPropagation();
+      this.finish(null);
+    } else if (
+      event.key === 'Enter' &&
+      !event.shiftKey &&
+      event.target instanceof HTMLElement &&
+      (event.target.tagName === 'INPUT' || event.target.tagName === 'SELECT')
+    ) {
+      event.preventDefault();
+      void this.submit();
+    }
+  };
+
+  private _form: CreateJobForm | null = null;
+  private _busy = false;
+  private _resolveFn: ((value: IJobDetail | null) => void) | null = null;
+  private _result = new Promise<IJobDetail | null>(resolve => {
+    this._resolveFn = resolve;
+  });
+  private _resolve(value: IJobDetail | null): void {
+    const fn = this._resolveFn;
+    this._resolveFn = null;
+    fn?.(value);
+  }
+  private readonly _options: ICreateJobDialogOptions;
+  private readonly _body: HTMLDivElement;
+  private readonly _submitButton: HTMLButtonElement;
+  private readonly _cancelButton: HTMLButtonElement;
+}
+
+/** Open the Create Job dialog; resolves with the created job or null. */
+export function showCreateJobDialog(options: ICreateJobDialogOptions): Promise<IJobDetail | null> {
+  return new CreateJobDialog(options).open();
+}
+
+namespace Private {
+  export function button(label: string, mod: string): HTMLButtonElement {
+    return h(
+      'button',
+      { type: 'button', class: `jp-Dialog-button ${mod} jp-mod-styled` },
+      h('div', { class: 'jp-Dialog-buttonLabel' }, label)
+    );
+  }
+}

@@ -1,0 +1,258 @@
+/**
+ * The Create Job form: "Training" / "Fine-tuning" tabs (setting `job_type`),
+ * fields generated from the server's `job_spec` JSON Schema, and a
+ * collapsible "Advanced (training_config.json)" JSON editor sent as the
+ * spec's `training_config` object.  Plain DOM; hosted by the JupyterLab
+ * dialog and reusable elsewhere.
+ */
+import { CSS_PREFIX, h } from './format';
+import { IFieldError, IJobDetail, IJobSpec, IJSONSchema, ISchemaBundle, JobType } from './model';
+import { SchemaForm, describeFields } from './schemaForm';
+import { ITransport, TransportError, errorMessage } from './transport';
+
+/** The tabs of the form. */
+export const JOB_TYPE_TABS: readonly { jobType: JobType; label: string }[] = [
+  { jobType: 'train', label: 'Training' },
+  { jobType: 'finetune', label: 'Fine-tuning' }
+];
+
+/** Spec properties the form never renders as generated fields. */
+export const RESERVED_FIELDS: readonly string[] = ['job_type', 'cluster', 'training_config'];
+
+/** Options of {@link CreateJobForm}. */
+export interface ICreateJobFormOptions {
+  /** The answer of `GET /schema`. */
+  schema: ISchemaBundle;
+  /** Cluster the job is created on (sent as `cluster`). */
+  cluster: string;
+  /** Initially selected tab (default: the schema's `job_type` default, else `train`). */
+  jobType?: JobType;
+  /** Initial values of the generated fields. */
+  values?: Record<string, unknown>;
+}
+
+/** Result of {@link CreateJobForm.readSpec}. */
+export interface ISpecResult {
+  spec: IJobSpec | null;
+  errors: IFieldError[];
+}
+
+const FORM_CLASS = `${CSS_PREFIX}-CreateJobForm`;
+
+export class CreateJobForm {
+  constructor(options: ICreateJobFormOptions) {
+    this._cluster = options.cluster;
+    this.form = new SchemaForm(options.schema.job_spec, {
+      exclude: RESERVED_FIELDS,
+      values: options.values
+    });
+
+    this._tabs = h('div', { class: `${CSS_PREFIX}-tabs`, role: 'tablist' });
+    for (const tab of JOB_TYPE_TABS) {
+      const button = h(
+        'button',
+        {
+          type: 'button',
+          role: 'tab',
+          class: `${CSS_PREFIX}-tab`,
+          'data-job-type': tab.jobType
+        },
+        tab.label
+      );
+      button.addEventListener('click', () => {
+        this.jobType = tab.jobType;
+      });
+      this._tabs.appendChild(button);
+    }
+    this._clusterLabel = h('div', { class: `${FORM_CLASS}-cluster` });
+
+    this._advancedInput = h('textarea', {
+      class: `jp-mod-styled ${CSS_PREFIX}-json`,
+      name: 'training_config',
+      rows: 8,
+      spellcheck: 'false',
+      'aria-label': 'training_config.json'
+    });
+    const tcDefault = Private.trainingConfigDefault(options.schema);
+    this._advancedInput.value =
+      options.values?.training_config !== undefined
+        ? JSON.stringify(options.values.training_config, null, 2)
+        : tcDefault
+          ? JSON.stringify(tcDefault, null, 2)
+          : '';
+    this._advancedInput.placeholder = Private.trainingConfigPlaceholder(options.schema);
+    this._advancedInput.addEventListener('input', () => this.form.setErrors([]));
+    this._advanced = h(
+      'details',
+      { class: `${CSS_PREFIX}-advanced ${CSS_PREFIX}-field` },
+      h('summary', null, 'Advanced (training_config.json)'),
+      h(
+        'div',
+        { class: `${CSS_PREFIX}-fieldDescription` },
+        'Extra training configuration as a JSON object, sent as the spec\u2019s training_config.'
+      ),
+      this._advancedInput
+    );
+    this.form.registerRow('training_config', this._advanced);
+
+    this.node = h(
+      'div',
+      { class: FORM_CLASS },
+      this._tabs,
+      this._clusterLabel,
+      this.form.node,
+      this._advanced
+    );
+    this.cluster = options.cluster;
+    this.jobType = options.jobType ?? Private.defaultJobType(options.schema);
+  }
+
+  /** The root element. */
+  readonly node: HTMLDivElement;
+  /** The generated form. */
+  readonly form: SchemaForm;
+
+  /** The selected tab's job type. */
+  get jobType(): JobType {
+    return this._jobType;
+  }
+  set jobType(value: JobType) {
+    this._jobType = value;
+    for (const tab of Array.from(this._tabs.children) as HTMLElement[]) {
+      const active = tab.dataset.jobType === value;
+      tab.classList.toggle('jp-mod-active', active);
+      tab.setAttribute('aria-selected', String(active));
+      tab.tabIndex = active ? 0 : -1;
+    }
+    this.node.dataset.jobType = value;
+    this.form.filterJobType(value);
+  }
+
+  /** The cluster the job goes to. */
+  get cluster(): string {
+    return this._cluster;
+  }
+  set cluster(value: string) {
+    this._cluster = value;
+    this._clusterLabel.textContent = `Cluster: ${value || '(none selected)'}`;
+  }
+
+  /** The Advanced JSON editor. */
+  get advancedInput(): HTMLTextAreaElement {
+    return this._advancedInput;
+  }
+
+  /** Validate and build the spec; shows errors under their fields. */
+  readSpec(): ISpecResult {
+    const { value, errors } = this.form.getValue();
+    const spec: IJobSpec = { ...value, job_type: this._jobType, cluster: this._cluster };
+    const text = this._advancedInput.value.trim();
+    if (text) {
+      try {
+        const parsed: unknown = JSON.parse(text);
+        if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+          errors.push({ field: 'training_config', message: 'Enter a JSON object ({...}).' });
+        } else if (Object.keys(parsed).length) {
+          spec.training_config = parsed as Record<string, unknown>;
+        }
+      } catch (err) {
+        errors.push({
+          field: 'training_config',
+          message: `Invalid JSON: ${err instanceof Error ? err.message : String(err)}`
+        });
+      }
+    }
+    this.showErrors(errors);
+    return { spec: errors.length ? null : spec, errors };
+  }
+
+  /** Show field errors (and an optional form-level message). */
+  showErrors(errors: readonly IFieldError[], message?: string): void {
+    this.form.setErrors(errors, message);
+    if (errors.some(e => this.form.matchField(e.field) === 'training_config')) {
+      this._advanced.open = true;
+    }
+    const first = this.node.querySelector(`.${CSS_PREFIX}-fieldError`);
+    (first as HTMLElement | null)?.scrollIntoView?.({ block: 'nearest' });
+  }
+
+  /** Show an error thrown by `createJob` (422 errors go under their fields). */
+  showError(err: unknown): void {
+    if (err instanceof TransportError) {
+      const fieldErrors = err.fieldErrors;
+      if (fieldErrors.length) {
+        this.showErrors(fieldErrors);
+        return;
+      }
+    }
+    this.showErrors([], errorMessage(err));
+  }
+
+  /** Disable the inputs while a request is in flight. */
+  setBusy(busy: boolean): void {
+    this.node.classList.toggle('jp-mod-busy', busy);
+    this.node
+      .querySelectorAll('input, select, textarea, button')
+      .forEach(el => ((el as HTMLInputElement).disabled = busy));
+  }
+
+  /**
+   * Validate, then create the job through the transport.  Resolves to the
+   * created job, or null when validation or the request failed (the errors
+   * are then shown in the form).
+   */
+  async submit(transport: ITransport): Promise<IJobDetail | null> {
+    const { spec } = this.readSpec();
+    if (!spec) {
+      return null;
+    }
+    this.setBusy(true);
+    try {
+      return await transport.createJob(this._cluster, spec);
+    } catch (err) {
+      this.showError(err);
+      return null;
+    } finally {
+      this.setBusy(false);
+    }
+  }
+
+  private _jobType: JobType = 'train';
+  private _cluster: string;
+  private readonly _tabs: HTMLDivElement;
+  private readonly _clusterLabel: HTMLDivElement;
+  private readonly _advanced: HTMLDetailsElement;
+  private readonly _advancedInput: HTMLTextAreaElement;
+}
+
+namespace Private {
+  /** The `job_type` default of the schema when it names one of the tabs. */
+  export function defaultJobType(bundle: ISchemaBundle): JobType {
+    const value = (bundle.job_spec?.properties?.['job_type'] as IJSONSchema | undefined)?.default;
+    return JOB_TYPE_TABS.find(t => t.jobType === value)?.jobType ?? 'train';
+  }
+
+  /** The default of the spec's `training_config` property, if it is a non-empty object. */
+  export function trainingConfigDefault(bundle: ISchemaBundle): Record<string, unknown> | null {
+    const props = bundle.job_spec?.properties ?? {};
+    const value = (props['training_config'] as IJSONSchema | undefined)?.default;
+    return typeof value === 'object' && value !== null && !Array.isArray(value) && Object.keys(value).length
+      ? (value as Record<string, unknown>)
+      : null;
+  }
+
+  /** A placeholder listing the keys (and defaults) of the training_config schema. */
+  export function trainingConfigPlaceholder(bundle: ISchemaBundle): string {
+    const schema = bundle.training_config;
+    if (!schema || typeof schema !== 'object') {
+      return '{\n  "learning_rate": 2e-5\n}';
+    }
+    const example: Record<string, unknown> = {};
+    for (const field of describeFields(schema)) {
+      if (field.hasDefault) {
+        example[field.name] = field.default;
+      }
+    }
+    return Object.keys(example).length ? JSON.stringify(example, null, 2) : '{}';
+  }
+}

@@ -1,0 +1,306 @@
+/**
+ * Detail view of one job: status, timings, progress metrics, error,
+ * checkpoints, configuration, loss curve and a log tail, plus Back and
+ * Cancel actions.  Plain DOM.
+ */
+import {
+  CSS_PREFIX,
+  formatElapsed,
+  formatNumber,
+  formatTimestamp,
+  h,
+  jobElapsed,
+  jobTypeLabel,
+  updateStatusBadge
+} from './format';
+import { LogView } from './logView';
+import { ILossCurveOptions, LossCurve } from './lossCurve';
+import { IJobDetail, IJobEvent, isActive } from './model';
+
+/** Options of {@link JobDetailView}. */
+export interface IJobDetailViewOptions {
+  /** Shows a "Back" link calling this. */
+  onBack?: () => void;
+  /** Shows a Cancel button (enabled while the job is active) calling this. */
+  onCancel?: (job: IJobDetail) => void | Promise<unknown>;
+  /** Show the loss curve (default true). */
+  showLossCurve?: boolean;
+  /** Show the log tail (default true). */
+  showLogs?: boolean;
+  /** Options of the loss curve. */
+  lossCurve?: ILossCurveOptions;
+  /** Current time in unix seconds (tests). */
+  now?: () => number;
+}
+
+const VIEW_CLASS = `${CSS_PREFIX}-JobDetail`;
+
+export class JobDetailView {
+  constructor(options: IJobDetailViewOptions = {}) {
+    this._onCancel = options.onCancel;
+    this._now = options.now ?? (() => Date.now() / 1000);
+
+    this._title = h('span', { class: `${VIEW_CLASS}-name` });
+    this._badge = h('span');
+    this._cancel = h(
+      'button',
+      {
+        type: 'button',
+        class: `${CSS_PREFIX}-button jp-mod-warn ${VIEW_CLASS}-cancel`,
+        title: 'Cancel this job'
+      },
+      'Cancel'
+    );
+    this._cancel.addEventListener('click', this._onCancelClick);
+    if (!this._onCancel) {
+      this._cancel.style.display = 'none';
+    }
+    const header = h('div', { class: `${VIEW_CLASS}-header` });
+    this.node = h('div', { class: VIEW_CLASS });
+    if (options.onBack) {
+      const back = h(
+        'a',
+        { class: `${CSS_PREFIX}-back`, href: '#', role: 'button', title: 'Back to the job list' },
+        '\u2039 Back'
+      );
+      const onBack = options.onBack;
+      back.addEventListener('click', event => {
+        event.preventDefault();
+        onBack();
+      });
+      this.node.appendChild(h('div', { class: `${VIEW_CLASS}-nav` }, back));
+    }
+    header.append(this._title, this._badge, h('span', { class: `${CSS_PREFIX}-spacer` }), this._cancel);
+
+    this._message = h('div', { class: `${VIEW_CLASS}-message` });
+    this._error = h('pre', { class: `${VIEW_CLASS}-error` });
+    this._summary = h('table', { class: `${CSS_PREFIX}-kvTable ${VIEW_CLASS}-summary` });
+    this._progress = h('table', { class: `${CSS_PREFIX}-kvTable ${VIEW_CLASS}-progress` });
+    this._checkpoints = h('div', { class: `${VIEW_CLASS}-checkpoints` });
+    this._config = h('table', { class: `${CSS_PREFIX}-kvTable ${VIEW_CLASS}-config` });
+    this._logLink = h('a', { class: `${VIEW_CLASS}-logLink`, target: '_blank', rel: 'noopener' });
+
+    this.node.append(
+      header,
+      this._message,
+      this._error,
+      Private.section('Status', this._summary),
+      Private.section('Progress', this._progress)
+    );
+    if (options.showLossCurve ?? true) {
+      this.lossCurve = new LossCurve(options.lossCurve);
+      this.node.appendChild(Private.section('Loss', this.lossCurve.node));
+    } else {
+      this.lossCurve = null;
+    }
+    this.node.append(
+      Private.section('Checkpoints', this._checkpoints),
+      Private.section('Configuration', this._config)
+    );
+    if (options.showLogs ?? true) {
+      this.logView = new LogView();
+      const logs = Private.section('Logs', this.logView.node);
+      logs.querySelector('h3')?.appendChild(this._logLink);
+      this.node.appendChild(logs);
+    } else {
+      this.logView = null;
+    }
+    this.setJob(null);
+  }
+
+  /** The root element. */
+  readonly node: HTMLDivElement;
+  /** The loss curve, unless disabled. */
+  readonly lossCurve: LossCurve | null;
+  /** The log view, unless disabled. */
+  readonly logView: LogView | null;
+
+  /** The job shown. */
+  get job(): IJobDetail | null {
+    return this._job;
+  }
+
+  /** Show a job (null: placeholder). */
+  setJob(job: IJobDetail | null): void {
+    if (this._job && job && this._job.name !== job.name) {
+      void this.lossCurve?.setPoints([]);
+      this.logView?.setText('');
+    }
+    this._job = job;
+    this.node.classList.toggle('jp-mod-empty', !job);
+    if (!job) {
+      this._title.textContent = 'No job selected';
+      this._badge.style.display = 'none';
+      this._cancel.disabled = true;
+      this._message.style.display = 'none';
+      this._error.style.display = 'none';
+      for (const table of [this._summary, this._progress, this._config]) {
+        table.replaceChildren();
+      }
+      this._checkpoints.replaceChildren();
+      return;
+    }
+    this.node.dataset.job = job.name;
+    this._title.textContent = job.name;
+    this._badge.style.display = '';
+    updateStatusBadge(this._badge, job.status);
+    this._cancel.disabled = this._cancelling || !isActive(job.status);
+    this._cancel.textContent = this._cancelling ? 'Cancelling\u2026' : 'Cancel';
+
+    this._message.textContent = job.message ?? '';
+    this._message.style.display = job.message ? '' : 'none';
+    this._error.textContent = job.error ?? '';
+    this._error.style.display = job.error ? '' : 'none';
+
+    const ray = job.ray_status && job.ray_status !== job.status ? ` (Ray: ${job.ray_status})` : '';
+    Private.fillTable(this._summary, [
+      ['Status', `${job.status}${ray}`],
+      ['Type', jobTypeLabel(job.job_type)],
+      ['Framework', job.framework],
+      ['Base model', job.base_model],
+      ['Dataset', job.dataset_path],
+      ['Owner', job.owner],
+      ['Cluster', job.cluster],
+      ['Created', formatTimestamp(job.created_at)],
+      ['Started', formatTimestamp(job.started_at)],
+      ['Ended', formatTimestamp(job.ended_at)],
+      ['Elapsed', formatElapsed(jobElapsed(job, this._now()))]
+    ]);
+
+    const m = job.metrics ?? {};
+    Private.fillTable(this._progress, [
+      ['Epoch', m.epoch === undefined || m.epoch === null ? null : `${formatNumber(m.epoch)} / ${job.epochs ?? '?'}`],
+      ['Step', formatNumber(m.step)],
+      ['Last loss', formatNumber(m.loss)],
+      ['Learning rate', formatNumber(m.learning_rate)],
+      ['Tokens / s', formatNumber(m.tokens_per_s, 5)],
+      ['ETA', isActive(job.status) ? formatElapsed(m.eta_s) : '\u2014']
+    ]);
+
+    this._checkpoints.replaceChildren(
+      h(
+        'div',
+        { class: `${VIEW_CLASS}-checkpointDir` },
+        h('span', { class: `${CSS_PREFIX}-label` }, 'Checkpoint path: '),
+        h('code', null, job.checkpoint_dir || '\u2014')
+      )
+    );
+    const checkpoints = job.checkpoints ?? [];
+    if (checkpoints.length) {
+      const list = h('ul', { class: `${VIEW_CLASS}-checkpointList` });
+      for (const ckpt of checkpoints) {
+        list.appendChild(
+          h(
+            'li',
+            { title: ckpt.path },
+            h('span', null, ckpt.name),
+            ' ',
+            h('code', null, ckpt.path)
+          )
+        );
+      }
+      this._checkpoints.appendChild(list);
+    }
+
+    const spec = (job.spec ?? {}) as Record<string, unknown>;
+    Private.fillTable(
+      this._config,
+      Object.keys(spec).map(key => [key, Private.configValue(spec[key])] as [string, string])
+    );
+
+    if (job.log_url) {
+      this._logLink.href = job.log_url;
+      this._logLink.textContent = 'full log';
+      this._logLink.style.display = '';
+    } else {
+      this._logLink.style.display = 'none';
+    }
+  }
+
+  /** Replace the loss-curve events. */
+  setEvents(events: readonly IJobEvent[]): Promise<void> {
+    return this.lossCurve?.setEvents(events) ?? Promise.resolve();
+  }
+
+  /** Append new events to the loss curve. */
+  addEvents(events: readonly IJobEvent[]): Promise<void> {
+    return this.lossCurve?.addEvents(events) ?? Promise.resolve();
+  }
+
+  /** Replace the log text. */
+  setLogs(text: string): void {
+    this.logView?.setText(text);
+  }
+
+  dispose(): void {
+    this._cancel.removeEventListener('click', this._onCancelClick);
+    this.lossCurve?.dispose();
+    this.logView?.dispose();
+    this.node.remove();
+  }
+
+  private _onCancelClick = async (): Promise<void> => {
+    const job = this._job;
+    if (!job || !this._onCancel || this._cancelling) {
+      return;
+    }
+    this._cancelling = true;
+    this.setJob(job);
+    try {
+      await this._onCancel(job);
+    } finally {
+      this._cancelling = false;
+      this.setJob(this._job);
+    }
+  };
+
+  private _job: IJobDetail | null = null;
+  private _cancelling = false;
+  private readonly _onCancel?: (job: IJobDetail) => void | Promise<unknown>;
+  private readonly _now: () => number;
+  private readonly _title: HTMLSpanElement;
+  private readonly _badge: HTMLSpanElement;
+  private readonly _cancel: HTMLButtonElement;
+  private readonly _message: HTMLDivElement;
+  private readonly _error: HTMLPreElement;
+  private readonly _summary: HTMLTableElement;
+  private readonly _progress: HTMLTableElement;
+  private readonly _checkpoints: HTMLDivElement;
+  private readonly _config: HTMLTableElement;
+  private readonly _logLink: HTMLAnchorElement;
+}
+
+namespace Private {
+  export function section(title: string, body: HTMLElement): HTMLElement {
+    return h(
+      'section',
+      { class: `${VIEW_CLASS}-section`, 'data-section': title.toLowerCase() },
+      h('h3', null, title),
+      body
+    );
+  }
+
+  export function fillTable(
+    table: HTMLTableElement,
+    rows: [string, string | number | null | undefined][]
+  ): void {
+    const body = h('tbody');
+    for (const [key, value] of rows) {
+      const text = value === null || value === undefined || value === '' ? '\u2014' : String(value);
+      body.appendChild(
+        h('tr', { 'data-key': key }, h('th', { scope: 'row' }, key), h('td', { title: text }, text))
+      );
+    }
+    table.replaceChildren(body);
+  }
+
+  export function configValue(value: unknown): string {
+    if (value === null || value === undefined) {
+      return '\u2014';
+    }
+    if (typeof value === 'object') {
+      return JSON.stringify(value);
+    }
+    return String(value);
+  }
+}

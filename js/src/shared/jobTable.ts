@@ -1,0 +1,415 @@
+/**
+ * A virtualised, sortable table of jobs in plain DOM.
+ *
+ * Only the rows in (and slightly around) the viewport exist in the DOM; row
+ * elements are pooled and updated in place, so polling a list of thousands of
+ * jobs every few seconds stays cheap.
+ */
+import {
+  CSS_PREFIX,
+  formatElapsed,
+  formatTimestamp,
+  h,
+  jobElapsed,
+  jobTypeLabel,
+  updateStatusBadge
+} from './format';
+import { IJobSummary } from './model';
+
+/** Columns the table can show. */
+export type JobColumn = 'name' | 'status' | 'job_type' | 'owner' | 'elapsed' | 'created_at';
+
+/** Sort direction. */
+export type SortDirection = 'asc' | 'desc';
+
+/** Options of {@link JobTable}. */
+export interface IJobTableOptions {
+  /** Called when a row is clicked or activated with Enter/Space. */
+  onSelect?: (job: IJobSummary) => void;
+  /** Row height in px; must match the CSS (default 28). */
+  rowHeight?: number;
+  /** Rows rendered above and below the viewport (default 10). */
+  overscan?: number;
+  /** Viewport height used while the table is not laid out (hidden, jsdom); default 480. */
+  fallbackHeight?: number;
+  /** Columns, in order (default: all). */
+  columns?: JobColumn[];
+  /** Current time in unix seconds (tests); default `Date.now() / 1000`. */
+  now?: () => number;
+  /** Text shown when there are no jobs. */
+  emptyText?: string;
+}
+
+const TABLE_CLASS = `${CSS_PREFIX}-JobTable`;
+const ROW_CLASS = `${CSS_PREFIX}-JobTable-row`;
+const CELL_CLASS = `${CSS_PREFIX}-JobTable-cell`;
+const SELECTED_CLASS = 'jp-mod-selected';
+
+export class JobTable {
+  constructor(options: IJobTableOptions = {}) {
+    this._onSelect = options.onSelect;
+    this.rowHeight = options.rowHeight ?? 28;
+    this._overscan = options.overscan ?? 10;
+    this._fallbackHeight = options.fallbackHeight ?? 480;
+    this.columns = options.columns ?? [...Private.ALL_COLUMNS];
+    this._now = options.now ?? (() => Date.now() / 1000);
+
+    this._header = h('div', { class: `${TABLE_CLASS}-header`, role: 'row' });
+    for (const column of this.columns) {
+      const cell = h(
+        'div',
+        {
+          class: `${CELL_CLASS} ${TABLE_CLASS}-headerCell ${CELL_CLASS}-${column}`,
+          role: 'columnheader',
+          tabindex: 0,
+          'data-column': column,
+          title: `Sort by ${Private.HEADERS[column].toLowerCase()}`
+        },
+        Private.HEADERS[column]
+      );
+      this._header.appendChild(cell);
+    }
+    this._spacer = h('div', { class: `${TABLE_CLASS}-spacer` });
+    this._viewport = h(
+      'div',
+      { class: `${TABLE_CLASS}-viewport`, role: 'rowgroup' },
+      this._spacer
+    );
+    this._empty = h(
+      'div',
+      { class: `${TABLE_CLASS}-empty` },
+      options.emptyText ?? 'No jobs on this cluster yet.'
+    );
+    this.node = h(
+      'div',
+      { class: TABLE_CLASS, role: 'grid', 'aria-rowcount': 0 },
+      this._header,
+      this._viewport,
+      this._empty
+    );
+    this.node.style.setProperty('--jp-CleverThis-row-height', `${this.rowHeight}px`);
+
+    this._viewport.addEventListener('scroll', this._onScroll);
+    this._viewport.addEventListener('click', this._onClick);
+    this._viewport.addEventListener('keydown', this._onKeyDown);
+    this._header.addEventListener('click', this._onHeaderClick);
+    this._header.addEventListener('keydown', this._onHeaderKey);
+    if (typeof ResizeObserver !== 'undefined') {
+      this._resizeObserver = new ResizeObserver(() => this.render());
+      this._resizeObserver.observe(this._viewport);
+    }
+    this._updateHeader();
+    this.render();
+  }
+
+  /** The root element; insert it anywhere. */
+  readonly node: HTMLDivElement;
+  /** Row height in px. */
+  readonly rowHeight: number;
+  /** Columns shown, in order. */
+  readonly columns: readonly JobColumn[];
+
+  /** The jobs, in display (sorted) order. */
+  get jobs(): readonly IJobSummary[] {
+    return this._sorted;
+  }
+
+  /** Current sort column and direction. */
+  get sort(): { column: JobColumn; direction: SortDirection } {
+    return { column: this._sortColumn, direction: this._sortDirection };
+  }
+
+  /** Name of the highlighted job, if any. */
+  get selectedName(): string | null {
+    return this._selected;
+  }
+  set selectedName(name: string | null) {
+    this._selected = name;
+    this.render();
+  }
+
+  /** Replace the jobs shown. */
+  setJobs(jobs: readonly IJobSummary[]): void {
+    this._jobs = [...jobs];
+    this._resort();
+    this.render();
+  }
+
+  /** Sort by a column; toggles direction when called again with the same column. */
+  sortBy(column: JobColumn, direction?: SortDirection): void {
+    if (direction) {
+      this._sortDirection = direction;
+    } else if (column === this._sortColumn) {
+      this._sortDirection = this._sortDirection === 'asc' ? 'desc' : 'asc';
+    } else {
+      this._sortDirection = column === 'created_at' || column === 'elapsed' ? 'desc' : 'asc';
+    }
+    this._sortColumn = column;
+    this._updateHeader();
+    this._resort();
+    this.render();
+  }
+
+  /** The rendered row elements (visible window only), in index order. */
+  renderedRows(): HTMLElement[] {
+    return this._pool
+      .filter(row => row.parentNode === this._spacer && row.style.display !== 'none')
+      .sort((a, b) => Number(a.dataset.index) - Number(b.dataset.index));
+  }
+
+  /** Render the rows of the current scroll window (also refreshes elapsed times). */
+  render(): void {
+    if (this._disposed) {
+      return;
+    }
+    const count = this._sorted.length;
+    this.node.setAttribute('aria-rowcount', String(count));
+    this._empty.style.display = count ? 'none' : '';
+    this._spacer.style.height = `${count * this.rowHeight}px`;
+
+    const height = this._viewport.clientHeight || this._fallbackHeight;
+    const top = this._viewport.scrollTop;
+    const first = Math.max(0, Math.floor(top / this.rowHeight) - this._overscan);
+    const last = Math.min(count, Math.ceil((top + height) / this.rowHeight) + this._overscan);
+    const needed = Math.max(0, last - first);
+
+    while (this._pool.length < needed) {
+      const row = this._createRow();
+      this._pool.push(row);
+      this._spacer.appendChild(row);
+    }
+    const now = this._now();
+    for (let i = 0; i < this._pool.length; i++) {
+      const row = this._pool[i];
+      if (i < needed) {
+        const index = first + i;
+        row.style.display = '';
+        this._fillRow(row, index, this._sorted[index], now);
+      } else if (row.style.display !== 'none') {
+        row.style.display = 'none';
+        row.dataset.index = '-1';
+        row.dataset.key = '';
+      }
+    }
+  }
+
+  /** Scroll so the given row index is visible. */
+  scrollToIndex(index: number): void {
+    this._viewport.scrollTop = Math.max(0, index * this.rowHeight);
+    this.render();
+  }
+
+  /** Remove listeners; the node can then be discarded. */
+  dispose(): void {
+    if (this._disposed) {
+      return;
+    }
+    this._disposed = true;
+    this._viewport.removeEventListener('scroll', this._onScroll);
+    this._viewport.removeEventListener('click', this._onClick);
+    this._viewport.removeEventListener('keydown', this._onKeyDown);
+    this._header.removeEventListener('click', this._onHeaderClick);
+    this._header.removeEventListener('keydown', this._onHeaderKey);
+    this._resizeObserver?.disconnect();
+    this.node.remove();
+  }
+
+  get isDisposed(): boolean {
+    return this._disposed;
+  }
+
+  private _createRow(): HTMLDivElement {
+    const row = h('div', { class: ROW_CLASS, role: 'row', tabindex: 0 });
+    for (const column of this.columns) {
+      const cell = h('div', { class: `${CELL_CLASS} ${CELL_CLASS}-${column}`, role: 'gridcell' });
+      if (column === 'status') {
+        cell.appendChild(h('span'));
+      }
+      row.appendChild(cell);
+    }
+    return row;
+  }
+
+  private _fillRow(row: HTMLElement, index: number, job: IJobSummary, now: number): void {
+    row.style.transform = `translateY(${index * this.rowHeight}px)`;
+    row.dataset.index = String(index);
+    row.setAttribute('aria-rowindex', String(index + 1));
+    row.classList.toggle(SELECTED_CLASS, job.name === this._selected);
+    const elapsed = formatElapsed(jobElapsed(job, now));
+    // Skip DOM writes when nothing shown in the row changed.
+    const key = Private.rowKey(job, elapsed);
+    if (row.dataset.key === key) {
+      return;
+    }
+    row.dataset.key = key;
+    row.dataset.name = job.name;
+    row.title = job.message ? `${job.name}: ${job.message}` : job.name;
+    const cells = row.children;
+    this.columns.forEach((column, i) => {
+      const cell = cells[i] as HTMLElement;
+      switch (column) {
+        case 'status':
+          updateStatusBadge(cell.firstElementChild as HTMLElement, job.status);
+          break;
+        case 'elapsed':
+          cell.textContent = elapsed;
+          break;
+        default:
+          cell.textContent = Private.cellText(job, column);
+      }
+    });
+  }
+
+  private _resort(): void {
+    const column = this._sortColumn;
+    const sign = this._sortDirection === 'asc' ? 1 : -1;
+    const now = this._now();
+    this._sorted = [...this._jobs].sort((a, b) => {
+      const va = Private.sortValue(a, column, now);
+      const vb = Private.sortValue(b, column, now);
+      let cmp: number;
+      if (typeof va === 'number' && typeof vb === 'number') {
+        cmp = va - vb;
+      } else {
+        cmp = String(va).localeCompare(String(vb));
+      }
+      return cmp * sign || a.name.localeCompare(b.name);
+    });
+  }
+
+  private _updateHeader(): void {
+    for (const cell of Array.from(this._header.children) as HTMLElement[]) {
+      const column = cell.dataset.column;
+      const active = column === this._sortColumn;
+      cell.setAttribute(
+        'aria-sort',
+        active ? (this._sortDirection === 'asc' ? 'ascending' : 'descending') : 'none'
+      );
+      cell.classList.toggle('jp-mod-sorted', active);
+    }
+  }
+
+  private _rowJob(target: EventTarget | null): IJobSummary | null {
+    const row = (target as HTMLElement | null)?.closest?.(`.${ROW_CLASS}`) as HTMLElement | null;
+    if (!row) {
+      return null;
+    }
+    const index = Number(row.dataset.index);
+    return Number.isInteger(index) && index >= 0 ? (this._sorted[index] ?? null) : null;
+  }
+
+  private _onScroll = (): void => {
+    this.render();
+  };
+
+  private _onClick = (event: MouseEvent): void => {
+    const job = this._rowJob(event.target);
+    if (job) {
+      this._selected = job.name;
+      this.render();
+      this._onSelect?.(job);
+    }
+  };
+
+  private _onKeyDown = (event: KeyboardEvent): void => {
+    if (event.key !== 'Enter' && event.key !== ' ') {
+      return;
+    }
+    const job = this._rowJob(event.target);
+    if (job) {
+      event.preventDefault();
+      this._selected = job.name;
+      this.render();
+      this._onSelect?.(job);
+    }
+  };
+
+  private _onHeaderClick = (event: MouseEvent): void => {
+    const cell = (event.target as HTMLElement).closest('[data-column]') as HTMLElement | null;
+    if (cell?.dataset.column) {
+      this.sortBy(cell.dataset.column as JobColumn);
+    }
+  };
+
+  private _onHeaderKey = (event: KeyboardEvent): void => {
+    if (event.key === 'Enter' || event.key === ' ') {
+      event.preventDefault();
+      this._onHeaderClick(event as unknown as MouseEvent);
+    }
+  };
+
+  private _jobs: IJobSummary[] = [];
+  private _sorted: IJobSummary[] = [];
+  private _pool: HTMLDivElement[] = [];
+  private _selected: string | null = null;
+  private _sortColumn: JobColumn = 'created_at';
+  private _sortDirection: SortDirection = 'desc';
+  private _disposed = false;
+  private _resizeObserver: ResizeObserver | null = null;
+  private readonly _header: HTMLDivElement;
+  private readonly _viewport: HTMLDivElement;
+  private readonly _spacer: HTMLDivElement;
+  private readonly _empty: HTMLDivElement;
+  private readonly _onSelect?: (job: IJobSummary) => void;
+  private readonly _overscan: number;
+  private readonly _fallbackHeight: number;
+  private readonly _now: () => number;
+}
+
+namespace Private {
+  export const ALL_COLUMNS: readonly JobColumn[] = [
+    'name',
+    'status',
+    'job_type',
+    'owner',
+    'elapsed',
+    'created_at'
+  ];
+
+  export const HEADERS: Record<JobColumn, string> = {
+    name: 'Name',
+    status: 'Status',
+    job_type: 'Type',
+    owner: 'Owner',
+    elapsed: 'Elapsed',
+    created_at: 'Created'
+  };
+
+  export function cellText(job: IJobSummary, column: JobColumn): string {
+    switch (column) {
+      case 'name':
+        return job.name;
+      case 'job_type':
+        return jobTypeLabel(job.job_type);
+      case 'owner':
+        return job.owner || '\u2014';
+      case 'created_at':
+        return formatTimestamp(job.created_at);
+      default:
+        return '';
+    }
+  }
+
+  export function rowKey(job: IJobSummary, elapsed: string): string {
+    return [job.name, job.status, job.job_type, job.owner, job.created_at, elapsed, job.message].join(
+      '\u0000'
+    );
+  }
+
+  export function sortValue(job: IJobSummary, column: JobColumn, now: number): string | number {
+    switch (column) {
+      case 'elapsed':
+        return jobElapsed(job, now) ?? -1;
+      case 'created_at':
+        return typeof job.created_at === 'number' ? job.created_at : 0;
+      case 'owner':
+        return job.owner ?? '';
+      case 'status':
+        return job.status ?? '';
+      case 'job_type':
+        return job.job_type ?? '';
+      default:
+        return job.name;
+    }
+  }
+}

@@ -1,0 +1,227 @@
+/**
+ * Step-loss curve drawn with plotly.js (basic bundle), loaded lazily so the
+ * ~1 MB library is only fetched when a curve is shown.
+ */
+import { CSS_PREFIX, h } from './format';
+import { IJobEvent, ILossPoint, lossSeries } from './model';
+
+/** The part of the Plotly API the curve uses. */
+export interface IPlotly {
+  react(
+    root: HTMLElement,
+    data: Record<string, unknown>[],
+    layout?: Record<string, unknown>,
+    config?: Record<string, unknown>
+  ): Promise<unknown> | unknown;
+  purge(root: HTMLElement): void;
+  Plots?: { resize(root: HTMLElement): unknown };
+}
+
+/** Options of {@link LossCurve}. */
+export interface ILossCurveOptions {
+  /** Loads Plotly; defaults to a dynamic import of `plotly.js-basic-dist-min`. */
+  loadPlotly?: () => Promise<IPlotly>;
+  /** Plot height in px (default 220). */
+  height?: number;
+  /** Text shown while there is no data. */
+  emptyText?: string;
+}
+
+export class LossCurve {
+  constructor(options: ILossCurveOptions = {}) {
+    this._loadPlotly = options.loadPlotly ?? Private.loadPlotly;
+    this._height = options.height ?? 220;
+    this._plot = h('div', { class: `${CSS_PREFIX}-LossCurve-plot` });
+    this._plot.style.height = `${this._height}px`;
+    this._empty = h(
+      'div',
+      { class: `${CSS_PREFIX}-LossCurve-empty` },
+      options.emptyText ?? 'No loss reported yet.'
+    );
+    this.node = h('div', { class: `${CSS_PREFIX}-LossCurve` }, this._empty, this._plot);
+    this._plot.style.display = 'none';
+    // Plotly needs concrete colours: redraw with the new theme's variables
+    // when JupyterLab switches themes (it sets these attributes once the
+    // theme's CSS has loaded).
+    if (typeof MutationObserver !== 'undefined' && typeof document !== 'undefined') {
+      this._themeObserver = new MutationObserver(() => {
+        if (this._drawn) {
+          void this.draw();
+        }
+      });
+      this._themeObserver.observe(document.body, {
+        attributes: true,
+        attributeFilter: ['data-jp-theme-name', 'data-jp-theme-light']
+      });
+    }
+  }
+
+  /** The root element. */
+  readonly node: HTMLDivElement;
+
+  /** The points currently drawn (sorted by step). */
+  get points(): readonly ILossPoint[] {
+    return this._points;
+  }
+
+  /** Replace the series with the step-loss points of these events. */
+  setEvents(events: readonly IJobEvent[]): Promise<void> {
+    return this.setPoints(lossSeries(events));
+  }
+
+  /** Append the step-loss points of new events (e.g. the result of `events?since=N`). */
+  addEvents(events: readonly IJobEvent[]): Promise<void> {
+    const added = lossSeries(events);
+    if (!added.length) {
+      return this._drawing ?? Promise.resolve();
+    }
+    const merged = new Map<number, number>(this._points.map(p => [p.step, p.loss]));
+    for (const p of added) {
+      merged.set(p.step, p.loss);
+    }
+    return this.setPoints(
+      [...merged.entries()].sort((a, b) => a[0] - b[0]).map(([step, loss]) => ({ step, loss }))
+    );
+  }
+
+  /** Replace the series. Resolves once drawn. */
+  setPoints(points: readonly ILossPoint[]): Promise<void> {
+    this._points = [...points];
+    return this.draw();
+  }
+
+  /** Redraw (coalesces concurrent calls). */
+  draw(): Promise<void> {
+    if (this._disposed) {
+      return Promise.resolve();
+    }
+    if (this._drawing) {
+      this._dirty = true;
+      return this._drawing;
+    }
+    this._drawing = this._draw().finally(() => {
+      this._drawing = null;
+      if (this._dirty && !this._disposed) {
+        this._dirty = false;
+        void this.draw();
+      }
+    });
+    return this._drawing;
+  }
+
+  /** Resize the plot to its container (call after the container changes size). */
+  resize(): void {
+    if (this._plotly && this._drawn) {
+      this._plotly.Plots?.resize(this._plot);
+    }
+  }
+
+  dispose(): void {
+    if (this._disposed) {
+      return;
+    }
+    this._disposed = true;
+    this._themeObserver?.disconnect();
+    if (this._plotly && this._drawn) {
+      this._plotly.purge(this._plot);
+    }
+    this.node.remove();
+  }
+
+  private async _draw(): Promise<void> {
+    const points = this._points;
+    const empty = points.length === 0;
+    this._empty.style.display = empty ? '' : 'none';
+    this._plot.style.display = empty ? 'none' : '';
+    if (empty) {
+      return;
+    }
+    try {
+      this._plotly = this._plotly ?? (await this._loadPlotly());
+    } catch (err) {
+      this._empty.textContent = `Cannot load the plotting library: ${String(err)}`;
+      this._empty.style.display = '';
+      this._plot.style.display = 'none';
+      return;
+    }
+    if (this._disposed) {
+      return;
+    }
+    const colors = Private.themeColors(this.node);
+    await this._plotly.react(
+      this._plot,
+      [
+        {
+          x: points.map(p => p.step),
+          y: points.map(p => p.loss),
+          type: 'scatter',
+          mode: points.length > 1 ? 'lines' : 'markers',
+          name: 'loss',
+          line: { color: colors.line, width: 2 },
+          marker: { color: colors.line },
+          hovertemplate: 'step %{x}<br>loss %{y:.4f}<extra></extra>'
+        }
+      ],
+      {
+        height: this._height,
+        margin: { l: 48, r: 12, t: 12, b: 36 },
+        paper_bgcolor: 'rgba(0,0,0,0)',
+        plot_bgcolor: 'rgba(0,0,0,0)',
+        font: { color: colors.font, family: colors.fontFamily, size: 11 },
+        xaxis: { title: { text: 'step' }, gridcolor: colors.grid, zeroline: false },
+        yaxis: { title: { text: 'loss' }, gridcolor: colors.grid, zeroline: false },
+        showlegend: false
+      },
+      { displayModeBar: false, responsive: true }
+    );
+    this._drawn = true;
+  }
+
+  private _points: ILossPoint[] = [];
+  private _plotly: IPlotly | null = null;
+  private _drawing: Promise<void> | null = null;
+  private _dirty = false;
+  private _drawn = false;
+  private _disposed = false;
+  private _themeObserver: MutationObserver | null = null;
+  private readonly _plot: HTMLDivElement;
+  private readonly _empty: HTMLDivElement;
+  private readonly _height: number;
+  private readonly _loadPlotly: () => Promise<IPlotly>;
+}
+
+namespace Private {
+  let plotly: Promise<IPlotly> | null = null;
+
+  /** Import the plotly bundle once. */
+  export function loadPlotly(): Promise<IPlotly> {
+    if (!plotly) {
+      plotly = import('plotly.js-basic-dist-min').then(mod => {
+        const m = mod as unknown as { default?: IPlotly } & IPlotly;
+        return (m.default ?? m) as IPlotly;
+      });
+      plotly.catch(() => {
+        plotly = null;
+      });
+    }
+    return plotly;
+  }
+
+  /** Read the JupyterLab theme variables so the plot follows light/dark themes. */
+  export function themeColors(node: HTMLElement): {
+    line: string;
+    font: string;
+    grid: string;
+    fontFamily: string;
+  } {
+    const style = typeof getComputedStyle === 'function' ? getComputedStyle(node) : null;
+    const read = (name: string, fallback: string) =>
+      style?.getPropertyValue(name).trim() || fallback;
+    return {
+      line: read('--jp-brand-color1', '#1976d2'),
+      font: read('--jp-ui-font-color1', '#616161'),
+      grid: read('--jp-border-color2', '#e0e0e0'),
+      fontFamily: read('--jp-ui-font-family', 'sans-serif')
+    };
+  }
+}

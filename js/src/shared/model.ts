@@ -1,0 +1,211 @@
+/**
+ * Typed model of the objects served by the jupyter-cleverthis REST API
+ * (`<baseUrl>cleverthis/api/...`) and mirrored by the notebook widgets'
+ * traitlets.  Pure types plus a few helpers; no DOM, no JupyterLab.
+ */
+
+/** Lifecycle status of a job as reported by the server. */
+export type JobStatus =
+  | 'queued'
+  | 'initializing'
+  | 'running'
+  | 'succeeded'
+  | 'failed'
+  | 'cancelled';
+
+/** All statuses, in lifecycle order. */
+export const JOB_STATUSES: readonly JobStatus[] = [
+  'queued',
+  'initializing',
+  'running',
+  'succeeded',
+  'failed',
+  'cancelled'
+];
+
+/** Statuses from which a job can still be cancelled. */
+export const ACTIVE_STATUSES: readonly JobStatus[] = ['queued', 'initializing', 'running'];
+
+/** Whether a job in this status is still active (can be cancelled, will change). */
+export function isActive(status: string): boolean {
+  return (ACTIVE_STATUSES as readonly string[]).includes(status);
+}
+
+/** Status of a Ray cluster. */
+export type ClusterStatus = 'running' | 'stopped' | 'unreachable';
+
+/** One resource (CPU, GPU, memory...) of a cluster. */
+export interface IResourceUsage {
+  total: number;
+  free: number;
+}
+
+/** `GET /clusters` item. */
+export interface IClusterInfo {
+  name: string;
+  address: string;
+  status: ClusterStatus | string;
+  managed: boolean;
+  resources: Record<string, IResourceUsage>;
+}
+
+/** Kind of job; set by the Create Job dialog's tab. */
+export type JobType = 'train' | 'finetune';
+
+/** `GET /clusters/{cluster}/jobs` item. */
+export interface IJobSummary {
+  name: string;
+  cluster: string;
+  status: JobStatus | string;
+  ray_status?: string | null;
+  job_type: JobType | string;
+  framework?: string | null;
+  base_model?: string | null;
+  dataset_path?: string | null;
+  epochs?: number | null;
+  batch_size?: number | null;
+  workers?: number | null;
+  owner?: string | null;
+  /** Unix seconds. */
+  created_at: number;
+  started_at?: number | null;
+  ended_at?: number | null;
+  elapsed_s?: number | null;
+  message?: string | null;
+}
+
+/** A saved checkpoint of a job. */
+export interface ICheckpoint {
+  name: string;
+  path: string;
+  epoch?: number | null;
+}
+
+/** Latest training metrics of a job. */
+export interface IJobMetrics {
+  step?: number | null;
+  loss?: number | null;
+  learning_rate?: number | null;
+  tokens_per_s?: number | null;
+  eta_s?: number | null;
+  epoch?: number | null;
+}
+
+/** `GET /clusters/{cluster}/jobs/{name}`. */
+export interface IJobDetail extends IJobSummary {
+  spec: IJobSpec | Record<string, unknown>;
+  checkpoint_dir?: string | null;
+  checkpoints?: ICheckpoint[];
+  metrics?: IJobMetrics | null;
+  error?: string | null;
+  log_url?: string;
+}
+
+/** Body of `POST /clusters/{cluster}/jobs`. */
+export interface IJobSpec {
+  name?: string;
+  cluster?: string;
+  base_model?: string;
+  dataset_path?: string;
+  job_type?: JobType | string;
+  framework?: string;
+  epochs?: number;
+  batch_size?: number;
+  workers?: number;
+  training_config?: Record<string, unknown>;
+  [key: string]: unknown;
+}
+
+/** An event of a job's event stream. */
+export interface IJobEvent {
+  /** Position in the job's event log (from 1); `since` / `next` of the events API count these. */
+  i?: number;
+  /** Sequence number within the event's source (`src`). */
+  seq?: number;
+  type: 'phase' | 'step' | 'epoch' | 'checkpoint' | 'error' | string;
+  [key: string]: unknown;
+}
+
+/** A `type: "step"` event. */
+export interface IStepEvent extends IJobEvent {
+  type: 'step';
+  step: number;
+  loss?: number | null;
+  learning_rate?: number | null;
+  tokens_per_s?: number | null;
+  eta_s?: number | null;
+}
+
+/** `GET /clusters/{cluster}/jobs/{name}/events?since=N`. */
+export interface IEventsPage {
+  events: IJobEvent[];
+  next: number;
+}
+
+/** `GET /schema`. */
+export interface ISchemaBundle {
+  job_spec: IJSONSchema;
+  training_config?: IJSONSchema;
+}
+
+/** One field error of a 422 `invalid_spec` answer. */
+export interface IFieldError {
+  field: string;
+  message: string;
+}
+
+/** The subset of JSON Schema (as emitted by pydantic v2) the form generator reads. */
+export interface IJSONSchema {
+  type?: string | string[];
+  title?: string;
+  description?: string;
+  default?: unknown;
+  enum?: unknown[];
+  const?: unknown;
+  minimum?: number;
+  maximum?: number;
+  exclusiveMinimum?: number;
+  exclusiveMaximum?: number;
+  minLength?: number;
+  maxLength?: number;
+  pattern?: string;
+  format?: string;
+  properties?: Record<string, IJSONSchema>;
+  required?: string[];
+  items?: IJSONSchema;
+  anyOf?: IJSONSchema[];
+  oneOf?: IJSONSchema[];
+  allOf?: IJSONSchema[];
+  $ref?: string;
+  $defs?: Record<string, IJSONSchema>;
+  definitions?: Record<string, IJSONSchema>;
+  readOnly?: boolean;
+  [key: string]: unknown;
+}
+
+/** Whether an event is a step event carrying a numeric loss. */
+export function isStepEvent(event: IJobEvent): event is IStepEvent {
+  return event.type === 'step' && typeof event.step === 'number';
+}
+
+/** A point of the loss curve. */
+export interface ILossPoint {
+  step: number;
+  loss: number;
+}
+
+/**
+ * Extract the step-loss series from a list of events, sorted by step, one
+ * point per step (the last event for a step wins).
+ */
+export function lossSeries(events: readonly IJobEvent[]): ILossPoint[] {
+  const byStep = new Map<number, number>();
+  for (const event of events) {
+    if (isStepEvent(event) && typeof event.loss === 'number' && Number.isFinite(event.loss)) {
+      byStep.set(event.step, event.loss);
+    }
+  }
+  return [...byStep.entries()]
+    .sort((a, b) => a[0] - b[0])
+    .map(([step, loss]) => ({ step, loss }));
+}

@@ -1,0 +1,144 @@
+/**
+ * `ITransport` over the jupyter-cleverthis REST API.  Requests go through
+ * `ServerConnection.makeRequest`, which adds the token / XSRF headers and
+ * honours the server's base_url.
+ */
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+import {
+  IClusterInfo,
+  IEventsPage,
+  IJobDetail,
+  IJobSpec,
+  IJobSummary,
+  ISchemaBundle
+} from './model';
+import { ITransport, TransportError } from './transport';
+
+/** Path of the API under the server's base URL. */
+export const API_PATH = 'cleverthis/api';
+
+/** Options of {@link RestTransport}. */
+export interface IRestTransportOptions {
+  /** Server settings; `ServerConnection.makeSettings()` when omitted. */
+  serverSettings?: ServerConnection.ISettings;
+}
+
+export class RestTransport implements ITransport {
+  constructor(options: IRestTransportOptions = {}) {
+    this.serverSettings = options.serverSettings ?? ServerConnection.makeSettings();
+  }
+
+  readonly serverSettings: ServerConnection.ISettings;
+
+  /** Full URL of an API path made of the given (unescaped) segments. */
+  url(...segments: string[]): string {
+    return URLExt.join(
+      this.serverSettings.baseUrl,
+      API_PATH,
+      ...segments.map(s => encodeURIComponent(s))
+    );
+  }
+
+  async listClusters(): Promise<IClusterInfo[]> {
+    const body = await this._request<{ clusters: IClusterInfo[] }>('GET', ['clusters']);
+    return body.clusters ?? [];
+  }
+
+  async listJobs(cluster: string): Promise<IJobSummary[]> {
+    const body = await this._request<{ jobs: IJobSummary[] }>('GET', ['clusters', cluster, 'jobs']);
+    return body.jobs ?? [];
+  }
+
+  getJob(cluster: string, name: string): Promise<IJobDetail> {
+    return this._request<IJobDetail>('GET', ['clusters', cluster, 'jobs', name]);
+  }
+
+  createJob(cluster: string, spec: IJobSpec): Promise<IJobDetail> {
+    return this._request<IJobDetail>('POST', ['clusters', cluster, 'jobs'], {
+      ...spec,
+      cluster
+    });
+  }
+
+  cancelJob(cluster: string, name: string): Promise<IJobDetail> {
+    return this._request<IJobDetail>('POST', ['clusters', cluster, 'jobs', name, 'cancel'], {});
+  }
+
+  async getLogs(cluster: string, name: string): Promise<string> {
+    const body = await this._request<{ text: string }>('GET', [
+      'clusters',
+      cluster,
+      'jobs',
+      name,
+      'logs'
+    ]);
+    return body.text ?? '';
+  }
+
+  async getEvents(cluster: string, name: string, since: number): Promise<IEventsPage> {
+    const body = await this._request<IEventsPage>(
+      'GET',
+      ['clusters', cluster, 'jobs', name, 'events'],
+      undefined,
+      { since: String(Math.max(0, Math.floor(since))) }
+    );
+    return { events: body.events ?? [], next: typeof body.next === 'number' ? body.next : since };
+  }
+
+  getSchema(): Promise<ISchemaBundle> {
+    return this._request<ISchemaBundle>('GET', ['schema']);
+  }
+
+  private async _request<T>(
+    method: string,
+    segments: string[],
+    body?: unknown,
+    query?: Record<string, string>
+  ): Promise<T> {
+    let url = this.url(...segments);
+    if (query) {
+      url += URLExt.objectToQueryString(query);
+    }
+    const init: RequestInit = { method };
+    if (body !== undefined) {
+      init.body = JSON.stringify(body);
+      init.headers = { 'Content-Type': 'application/json' };
+    }
+    let response: Response;
+    try {
+      response = await ServerConnection.makeRequest(url, init, this.serverSettings);
+    } catch (err) {
+      throw new TransportError(
+        `Cannot reach the server: ${err instanceof Error ? err.message : String(err)}`,
+        0,
+        'network_error'
+      );
+    }
+    const text = await response.text();
+    let data: unknown = undefined;
+    if (text) {
+      try {
+        data = JSON.parse(text);
+      } catch {
+        data = undefined;
+      }
+    }
+    if (!response.ok) {
+      throw TransportError.fromBody(
+        response.status,
+        data,
+        `${method} ${segments.join('/')} failed: ${response.statusText || response.status}`
+      );
+    }
+    if (data === undefined) {
+      throw new TransportError(
+        `${method} ${segments.join('/')}: the server answered no JSON`,
+        response.status,
+        'bad_response'
+      );
+    }
+    return data as T;
+  }
+}

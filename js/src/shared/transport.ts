@@ -1,0 +1,93 @@
+/**
+ * The data-access interface of the shared views.  The JupyterLab panel uses
+ * the REST implementation (`RestTransport`, in `restTransport.ts`); the
+ * notebook widgets use one built over the anywidget model (`widget.ts`).
+ */
+import {
+  IClusterInfo,
+  IEventsPage,
+  IFieldError,
+  IJobDetail,
+  IJobSpec,
+  IJobSummary,
+  ISchemaBundle
+} from './model';
+
+/** Everything the views need from the server. */
+export interface ITransport {
+  listClusters(): Promise<IClusterInfo[]>;
+  listJobs(cluster: string): Promise<IJobSummary[]>;
+  getJob(cluster: string, name: string): Promise<IJobDetail>;
+  createJob(cluster: string, spec: IJobSpec): Promise<IJobDetail>;
+  cancelJob(cluster: string, name: string): Promise<IJobDetail>;
+  getLogs(cluster: string, name: string): Promise<string>;
+  getEvents(cluster: string, name: string, since: number): Promise<IEventsPage>;
+  getSchema(): Promise<ISchemaBundle>;
+}
+
+/**
+ * An error answered by the server (`{code, message, details}` with a 4xx/5xx
+ * status) or raised by the transport itself (status 0 for network errors).
+ */
+export class TransportError extends Error {
+  constructor(
+    message: string,
+    readonly status: number = 0,
+    readonly code: string = 'error',
+    readonly details: Record<string, unknown> = {}
+  ) {
+    super(message);
+    this.name = 'TransportError';
+  }
+
+  /** The per-field errors of an `invalid_spec` (422) answer; empty otherwise. */
+  get fieldErrors(): IFieldError[] {
+    const errors = (this.details as { errors?: unknown }).errors;
+    if (!Array.isArray(errors)) {
+      return [];
+    }
+    return errors
+      .filter(
+        (e): e is { field?: unknown; loc?: unknown; message?: unknown; msg?: unknown } =>
+          typeof e === 'object' && e !== null
+      )
+      .map(e => ({
+        field: String(
+          e.field ?? (Array.isArray(e.loc) ? e.loc.filter(p => p !== 'body').join('.') : '')
+        ),
+        message: String(e.message ?? e.msg ?? 'invalid value')
+      }));
+  }
+
+  /**
+   * Build an error from a parsed error body (`{code, message, details}`)
+   * or from anything else the server answered.
+   */
+  static fromBody(status: number, body: unknown, fallback: string): TransportError {
+    if (typeof body === 'object' && body !== null) {
+      const b = body as { code?: unknown; message?: unknown; details?: unknown };
+      const details =
+        typeof b.details === 'object' && b.details !== null
+          ? (b.details as Record<string, unknown>)
+          : {};
+      return new TransportError(
+        typeof b.message === 'string' && b.message ? b.message : fallback,
+        status,
+        typeof b.code === 'string' ? b.code : 'error',
+        details
+      );
+    }
+    return new TransportError(fallback, status);
+  }
+}
+
+/** A short human message for any error a transport may throw. */
+export function errorMessage(err: unknown): string {
+  if (err instanceof TransportError) {
+    return err.status ? `${err.message} (${err.status})` : err.message;
+  }
+  if (err instanceof Error) {
+    return err.message;
+  }
+  return String(err);
+}

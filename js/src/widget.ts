@@ -1,0 +1,418 @@
+/**
+ * anywidget ESM entry of the notebook widgets (bundled by esbuild into
+ * `jupyter_cleverthis/widgets/static/widget.js`, with `widget.css`).
+ *
+ * Traitlets read: `jobs` (list of JobSummary), `detail` (JobDetail or null),
+ * `events` (list of step events), `view` ("list" | "detail" | "curve" |
+ * "logs"), `logs` (string); optional `schema` (the `GET /schema` answer).
+ * The front-end writes `view` and sends actions with `model.send(...)`:
+ *
+ *   {action: "select", name}          a row was clicked (view set to "detail")
+ *   {action: "cancel", name}          Cancel button
+ *   {action: "logs", name}            the logs of `name` are wanted
+ *   {action: "refresh"}               refresh jobs / detail now
+ *   {action: "create", spec}          create a job from a spec
+ *
+ * Every action also carries `request_id`; the kernel may answer with a custom
+ * message `{reply_to: request_id, ok: bool, result?, error?: {code, message,
+ * details}}`, otherwise the transport settles on the next matching traitlet
+ * change (or after a timeout, with the current state).
+ */
+import '../style/base.css';
+
+import {
+  CSS_PREFIX,
+  IClusterInfo,
+  IEventsPage,
+  IJobDetail,
+  IJobEvent,
+  IJobSpec,
+  IJobSummary,
+  ISchemaBundle,
+  ITransport,
+  JobDetailView,
+  JobTable,
+  LogView,
+  LossCurve,
+  TransportError,
+  errorMessage,
+  h
+} from './shared';
+
+/** The part of the anywidget model API used here. */
+export interface IAnyModel {
+  get(name: string): any;
+  set(name: string, value: unknown): void;
+  save_changes(): void;
+  on(event: string, callback: (...args: any[]) => void): void;
+  off(event?: string | null, callback?: ((...args: any[]) => void) | null): void;
+  send(content: unknown, callbacks?: unknown, buffers?: unknown[]): void;
+}
+
+/** Views selectable with the `view` traitlet. */
+export type WidgetView = 'list' | 'detail' | 'curve' | 'logs';
+
+const VIEWS: readonly WidgetView[] = ['list', 'detail', 'curve', 'logs'];
+
+/** Default time to wait for the kernel to answer an action, in ms. */
+const REPLY_TIMEOUT_MS = 15_000;
+
+/** `ITransport` over an anywidget model. */
+export class ModelTransport implements ITransport {
+  constructor(
+    readonly model: IAnyModel,
+    readonly timeoutMs: number = REPLY_TIMEOUT_MS
+  ) {
+    model.on('msg:custom', this._onCustom);
+  }
+
+  jobs(): IJobSummary[] {
+    const jobs = this.model.get('jobs');
+    return Array.isArray(jobs) ? (jobs as IJobSummary[]) : [];
+  }
+
+  detail(): IJobDetail | null {
+    const detail = this.model.get('detail');
+    return detail && typeof detail === 'object' ? (detail as IJobDetail) : null;
+  }
+
+  events(): IJobEvent[] {
+    const events = this.model.get('events');
+    return Array.isArray(events) ? (events as IJobEvent[]) : [];
+  }
+
+  async listClusters(): Promise<IClusterInfo[]> {
+    const names = new Set<string>();
+    for (const job of this.jobs()) {
+      if (job.cluster) {
+        names.add(job.cluster);
+      }
+    }
+    return [...names].map(name => ({ name, address: '', status: 'running', managed: false, resources: {} }));
+  }
+
+  async listJobs(cluster: string): Promise<IJobSummary[]> {
+    return this.jobs().filter(j => !cluster || !j.cluster || j.cluster === cluster);
+  }
+
+  async getJob(cluster: string, name: string): Promise<IJobDetail> {
+    const current = this.detail();
+    if (current?.name === name) {
+      return current;
+    }
+    const reply = await this._request(
+      { action: 'select', name, cluster },
+      () => (this.detail()?.name === name ? this.detail() : undefined),
+      ['change:detail']
+    );
+    const detail = (reply as IJobDetail | undefined) ?? this.detail();
+    if (!detail || detail.name !== name) {
+      throw new TransportError(`Job ${name} is not available`, 404, 'not_found');
+    }
+    return detail;
+  }
+
+  async createJob(cluster: string, spec: IJobSpec): Promise<IJobDetail> {
+    const name = spec.name;
+    const reply = await this._request(
+      { action: 'create', spec: { ...spec, cluster } },
+      () => {
+        const detail = this.detail();
+        if (name && detail?.name === name) {
+          return detail;
+        }
+        const job = name ? this.jobs().find(j => j.name === name) : undefined;
+        return job ? Private.summaryAsDetail(job) : undefined;
+      },
+      ['change:detail', 'change:jobs']
+    );
+    if (!reply) {
+      throw new TransportError('The kernel did not confirm the new job', 0, 'timeout');
+    }
+    return reply as IJobDetail;
+  }
+
+  async cancelJob(cluster: string, name: string): Promise<IJobDetail> {
+    const reply = await this._request(
+      { action: 'cancel', name, cluster },
+      () => {
+        const detail = this.detail();
+        return detail?.name === name ? detail : undefined;
+      },
+      ['change:detail', 'change:jobs'],
+      true
+    );
+    const detail = (reply as IJobDetail | undefined) ?? this.detail();
+    if (detail && detail.name === name) {
+      return detail;
+    }
+    const job = this.jobs().find(j => j.name === name);
+    if (job) {
+      return Private.summaryAsDetail(job);
+    }
+    throw new TransportError(`Job ${name} is not available`, 404, 'not_found');
+  }
+
+  async getLogs(cluster: string, name: string): Promise<string> {
+    const logs = this.model.get('logs');
+    if (typeof logs === 'string' && logs) {
+      return logs;
+    }
+    this._send({ action: 'logs', name, cluster });
+    return typeof logs === 'string' ? logs : '';
+  }
+
+  /** Same contract as the REST API: events with index `i` > since; `next` is the last index. */
+  async getEvents(cluster: string, name: string, since: number): Promise<IEventsPage> {
+    const indexed = this.events().map((e, pos) => ({ e, i: typeof e.i === 'number' ? e.i : pos + 1 }));
+    const newer = indexed.filter(x => x.i > since);
+    return { events: newer.map(x => x.e), next: newer.length ? newer[newer.length - 1].i : since };
+  }
+
+  async getSchema(): Promise<ISchemaBundle> {
+    const schema = this.model.get('schema');
+    if (schema && typeof schema === 'object' && (schema as ISchemaBundle).job_spec) {
+      return schema as ISchemaBundle;
+    }
+    throw new TransportError('The job schema is not available in this widget', 0, 'unsupported');
+  }
+
+  /** Ask the kernel to refresh. */
+  refresh(): void {
+    this._send({ action: 'refresh' });
+  }
+
+  /** Send an action (a `request_id` is added). Returns the id. */
+  send(content: Record<string, unknown>): string {
+    return this._send(content);
+  }
+
+  dispose(): void {
+    this.model.off('msg:custom', this._onCustom);
+    for (const pending of this._pending.values()) {
+      pending.settle(undefined);
+    }
+    this._pending.clear();
+  }
+
+  private _send(content: Record<string, unknown>): string {
+    const id = `${Date.now().toString(36)}-${(this._counter++).toString(36)}`;
+    this.model.send({ ...content, request_id: id });
+    return id;
+  }
+
+  /**
+   * Send an action and settle on the kernel's reply, on the first state
+   * change for which `check` returns a value, or on timeout (undefined, or
+   * `check()` when `settleOnTimeout`).
+   */
+  private _request(
+    content: Record<string, unknown>,
+    check: () => unknown,
+    events: string[],
+    settleOnTimeout = false
+  ): Promise<unknown> {
+    return new Promise((resolve, reject) => {
+      let id = '';
+      const cleanup = () => {
+        clearTimeout(timer);
+        for (const event of events) {
+          this.model.off(event, onChange);
+        }
+        this._pending.delete(id);
+      };
+      const onChange = () => {
+        const value = check();
+        if (value !== undefined) {
+          cleanup();
+          resolve(value);
+        }
+      };
+      const timer = setTimeout(() => {
+        cleanup();
+        resolve(settleOnTimeout ? check() : undefined);
+      }, this.timeoutMs);
+      for (const event of events) {
+        this.model.on(event, onChange);
+      }
+      id = this._send(content);
+      this._pending.set(id, {
+        settle: value => {
+          cleanup();
+          resolve(value);
+        },
+        fail: err => {
+          cleanup();
+          reject(err);
+        }
+      });
+    });
+  }
+
+  private _onCustom = (msg: unknown): void => {
+    if (!msg || typeof msg !== 'object') {
+      return;
+    }
+    const m = msg as { reply_to?: unknown; ok?: unknown; result?: unknown; error?: unknown };
+    if (typeof m.reply_to !== 'string') {
+      return;
+    }
+    const pending = this._pending.get(m.reply_to);
+    if (!pending) {
+      return;
+    }
+    if (m.ok === false) {
+      const error = (m.error ?? {}) as { status?: unknown };
+      pending.fail(
+        TransportError.fromBody(typeof error.status === 'number' ? error.status : 400, m.error, 'The kernel rejected the request')
+      );
+    } else {
+      pending.settle(m.result);
+    }
+  };
+
+  private _counter = 0;
+  private _pending = new Map<string, { settle: (value: unknown) => void; fail: (err: unknown) => void }>();
+}
+
+/** Render the widget into `el`; returns the cleanup function. */
+export function renderWidget(model: IAnyModel, el: HTMLElement): () => void {
+  const transport = new ModelTransport(model);
+  const root = h('div', { class: `${CSS_PREFIX}-widget` });
+  const status = h('div', { class: `${CSS_PREFIX}-errorBar`, role: 'alert' });
+  status.style.display = 'none';
+  const showError = (message: string | null) => {
+    status.textContent = message ?? '';
+    status.style.display = message ? '' : 'none';
+  };
+
+  const setView = (view: WidgetView) => {
+    model.set('view', view);
+    model.save_changes();
+    apply();
+  };
+
+  const table = new JobTable({
+    fallbackHeight: 320,
+    onSelect: job => {
+      transport.send({ action: 'select', name: job.name, cluster: job.cluster });
+      const known = transport.detail();
+      if (!known || known.name !== job.name) {
+        detail.setJob(Private.summaryAsDetail(job));
+      }
+      setView('detail');
+    }
+  });
+  const detail = new JobDetailView({
+    onBack: () => setView('list'),
+    onCancel: async job => {
+      try {
+        await transport.cancelJob(job.cluster, job.name);
+        showError(null);
+      } catch (err) {
+        showError(`Cannot cancel ${job.name}: ${errorMessage(err)}`);
+      }
+    }
+  });
+  const curve = new LossCurve({ height: 280 });
+  const logs = new LogView();
+  const panes: Record<WidgetView, HTMLElement> = {
+    list: table.node,
+    detail: detail.node,
+    curve: curve.node,
+    logs: logs.node
+  };
+  root.append(status, table.node, detail.node, curve.node, logs.node);
+  el.appendChild(root);
+
+  const currentView = (): WidgetView => {
+    const view = model.get('view');
+    return (VIEWS as readonly string[]).includes(view) ? (view as WidgetView) : 'list';
+  };
+
+  const apply = () => {
+    const view = currentView();
+    root.dataset.view = view;
+    for (const key of VIEWS) {
+      panes[key].style.display = key === view ? '' : 'none';
+    }
+    if (view === 'list') {
+      table.render();
+    }
+  };
+
+  const onJobs = () => {
+    table.setJobs(transport.jobs());
+  };
+  const onDetail = () => {
+    const value = transport.detail();
+    if (value) {
+      detail.setJob(value);
+      table.selectedName = value.name;
+    } else {
+      detail.setJob(null);
+    }
+  };
+  const onEvents = () => {
+    const events = transport.events();
+    void detail.setEvents(events);
+    void curve.setEvents(events);
+  };
+  const onLogs = () => {
+    const text = model.get('logs');
+    const value = typeof text === 'string' ? text : '';
+    detail.setLogs(value);
+    logs.setText(value);
+  };
+
+  const listeners: [string, () => void][] = [
+    ['change:jobs', onJobs],
+    ['change:detail', onDetail],
+    ['change:events', onEvents],
+    ['change:logs', onLogs],
+    ['change:view', apply]
+  ];
+  for (const [event, callback] of listeners) {
+    model.on(event, callback);
+  }
+  onJobs();
+  onDetail();
+  onEvents();
+  onLogs();
+  apply();
+
+  // Keep the elapsed times moving between kernel updates.
+  const timer = setInterval(() => {
+    const view = currentView();
+    if (view === 'list') {
+      table.render();
+    } else if (view === 'detail' && detail.job) {
+      detail.setJob(detail.job);
+    }
+  }, 1000);
+
+  return () => {
+    clearInterval(timer);
+    for (const [event, callback] of listeners) {
+      model.off(event, callback);
+    }
+    transport.dispose();
+    table.dispose();
+    detail.dispose();
+    curve.dispose();
+    logs.dispose();
+    root.remove();
+  };
+}
+
+export default {
+  render({ model, el }: { model: IAnyModel; el: HTMLElement }): () => void {
+    return renderWidget(model, el);
+  }
+};
+
+namespace Private {
+  export function summaryAsDetail(job: IJobSummary): IJobDetail {
+    return { ...job, spec: {}, checkpoints: [], metrics: null, error: null };
+  }
+}

@@ -1,0 +1,116 @@
+import { describe, expect, it, vi } from 'vitest';
+
+import { CreateJobForm, ITransport, TransportError } from '../src/shared';
+import { SCHEMA_BUNDLE, makeDetail } from './fixtures';
+
+function fill(form: CreateJobForm) {
+  form.form.setValues({ name: 'tiny', base_model: 'sshleifer/tiny-gpt2', dataset_path: '/d.jsonl' });
+}
+
+function transport(createJob: ITransport['createJob']): ITransport {
+  const unused = () => Promise.reject(new Error('unused'));
+  return {
+    listClusters: unused,
+    listJobs: unused,
+    getJob: unused,
+    createJob,
+    cancelJob: unused,
+    getLogs: unused,
+    getEvents: unused,
+    getSchema: unused
+  };
+}
+
+describe('CreateJobForm', () => {
+  it('has Training / Fine-tuning tabs that set job_type', () => {
+    const form = new CreateJobForm({ schema: SCHEMA_BUNDLE, cluster: 'local' });
+    const tabs = [...form.node.querySelectorAll<HTMLButtonElement>('[role="tab"]')];
+    expect(tabs.map(t => t.textContent)).toEqual(['Training', 'Fine-tuning']);
+    fill(form);
+    expect(form.readSpec().spec).toMatchObject({ job_type: 'train', cluster: 'local' });
+    tabs[1].click();
+    expect(form.jobType).toBe('finetune');
+    expect(tabs[1].getAttribute('aria-selected')).toBe('true');
+    expect(form.readSpec().spec).toMatchObject({ job_type: 'finetune', lora_rank: 8 });
+  });
+
+  it('never renders job_type, cluster or training_config as generated fields', () => {
+    const form = new CreateJobForm({ schema: SCHEMA_BUNDLE, cluster: 'local' });
+    expect(form.form.fields.map(f => f.name)).not.toContain('job_type');
+    expect(form.form.fields.map(f => f.name)).not.toContain('cluster');
+    expect(form.form.fields.map(f => f.name)).not.toContain('training_config');
+  });
+
+  it('sends the Advanced JSON as training_config and reports bad JSON under it', () => {
+    const form = new CreateJobForm({ schema: SCHEMA_BUNDLE, cluster: 'local' });
+    fill(form);
+    expect(form.node.querySelector('summary')!.textContent).toBe('Advanced (training_config.json)');
+    expect(form.advancedInput.placeholder).toContain('warmup_steps');
+    form.advancedInput.value = '{"learning_rate": 0.001, "warmup_steps": 5}';
+    expect(form.readSpec().spec!.training_config).toEqual({ learning_rate: 0.001, warmup_steps: 5 });
+    form.advancedInput.value = '{not json';
+    const result = form.readSpec();
+    expect(result.spec).toBeNull();
+    const err = form.node.querySelector('[data-field="training_config"] .jp-CleverThis-fieldError');
+    expect(err!.textContent).toMatch(/Invalid JSON/);
+    expect((form.node.querySelector('details') as HTMLDetailsElement).open).toBe(true);
+    form.advancedInput.value = '[1, 2]';
+    expect(form.readSpec().errors[0]).toMatchObject({ field: 'training_config' });
+  });
+
+  it('submits through the transport and returns the created job', async () => {
+    const created = makeDetail({ name: 'tiny' });
+    const createJob = vi.fn().mockResolvedValue(created);
+    const form = new CreateJobForm({ schema: SCHEMA_BUNDLE, cluster: 'gpu' });
+    fill(form);
+    await expect(form.submit(transport(createJob))).resolves.toBe(created);
+    expect(createJob).toHaveBeenCalledWith(
+      'gpu',
+      expect.objectContaining({ name: 'tiny', cluster: 'gpu', job_type: 'train', epochs: 1 })
+    );
+  });
+
+  it('does not call the server when the form is invalid', async () => {
+    const createJob = vi.fn();
+    const form = new CreateJobForm({ schema: SCHEMA_BUNDLE, cluster: 'local' });
+    await expect(form.submit(transport(createJob))).resolves.toBeNull();
+    expect(createJob).not.toHaveBeenCalled();
+    expect(form.node.querySelector('[data-field="name"] .jp-CleverThis-fieldError')).not.toBeNull();
+  });
+
+  it('shows each 422 invalid_spec error under its field', async () => {
+    const error = TransportError.fromBody(
+      422,
+      {
+        code: 'invalid_spec',
+        message: 'The job spec is invalid',
+        details: {
+          errors: [
+            { field: 'epochs', message: 'Input should be less than or equal to 1000' },
+            { field: 'training_config.warmup_steps', message: 'must be >= 0' }
+          ]
+        }
+      },
+      'failed'
+    );
+    const form = new CreateJobForm({ schema: SCHEMA_BUNDLE, cluster: 'local' });
+    fill(form);
+    await expect(form.submit(transport(vi.fn().mockRejectedValue(error)))).resolves.toBeNull();
+    expect(form.node.querySelector('[data-field="epochs"] .jp-CleverThis-fieldError')!.textContent).toBe(
+      'Input should be less than or equal to 1000'
+    );
+    expect(
+      form.node.querySelector('[data-field="training_config"] .jp-CleverThis-fieldError')!.textContent
+    ).toContain('must be >= 0');
+    // The inputs are usable again after the request.
+    expect((form.form.input('epochs') as HTMLInputElement).disabled).toBe(false);
+  });
+
+  it('shows other errors at the top of the form', async () => {
+    const form = new CreateJobForm({ schema: SCHEMA_BUNDLE, cluster: 'local' });
+    fill(form);
+    const error = TransportError.fromBody(409, { code: 'job_exists', message: 'Job tiny already exists' }, 'x');
+    await form.submit(transport(vi.fn().mockRejectedValue(error)));
+    expect(form.node.querySelector('.jp-CleverThis-formError')!.textContent).toContain('Job tiny already exists');
+  });
+});

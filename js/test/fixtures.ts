@@ -1,0 +1,104 @@
+import type { IJobDetail, IJobSummary, IJSONSchema, ISchemaBundle } from '../src/shared';
+
+/** What pydantic v2's `JobSpec.model_json_schema()` looks like. */
+export const JOB_SPEC_SCHEMA: IJSONSchema = {
+  $defs: {
+    Framework: { enum: ['pytorch', 'huggingface'], title: 'Framework', type: 'string' }
+  },
+  properties: {
+    name: {
+      description: 'Unique job name',
+      pattern: '^[a-z0-9][a-z0-9-]{0,62}$',
+      title: 'Job name',
+      type: 'string'
+    },
+    cluster: { default: 'local', title: 'Cluster', type: 'string' },
+    base_model: { description: 'Hugging Face model id or path', title: 'Base Model', type: 'string' },
+    dataset_path: { title: 'Dataset Path', type: 'string' },
+    job_type: { default: 'train', enum: ['train', 'finetune'], title: 'Job Type', type: 'string' },
+    framework: { $ref: '#/$defs/Framework', default: 'pytorch' },
+    epochs: { default: 1, maximum: 1000, minimum: 1, title: 'Epochs', type: 'integer' },
+    batch_size: { default: 8, exclusiveMinimum: 0, title: 'Batch Size', type: 'integer' },
+    workers: { default: 1, maximum: 64, minimum: 1, title: 'Workers', type: 'integer' },
+    learning_rate: {
+      anyOf: [{ type: 'number' }, { type: 'null' }],
+      default: null,
+      title: 'Learning Rate'
+    },
+    lora_rank: {
+      default: 8,
+      minimum: 1,
+      title: 'LoRA rank',
+      type: 'integer',
+      job_types: ['finetune']
+    },
+    bf16: { default: false, title: 'Bf16', type: 'boolean' },
+    training_config: {
+      anyOf: [{ additionalProperties: true, type: 'object' }, { type: 'null' }],
+      default: null,
+      title: 'Training Config'
+    }
+  },
+  required: ['name', 'base_model', 'dataset_path'],
+  title: 'JobSpec',
+  type: 'object'
+};
+
+export const SCHEMA_BUNDLE: ISchemaBundle = {
+  job_spec: JOB_SPEC_SCHEMA,
+  training_config: {
+    properties: {
+      learning_rate: { default: 2e-5, title: 'Learning Rate', type: 'number' },
+      warmup_steps: { default: 0, title: 'Warmup Steps', type: 'integer' }
+    },
+    title: 'TrainingConfig',
+    type: 'object'
+  }
+};
+
+export function makeJob(i: number, overrides: Partial<IJobSummary> = {}): IJobSummary {
+  return {
+    name: `job-${String(i).padStart(4, '0')}`,
+    cluster: 'local',
+    status: 'succeeded',
+    ray_status: 'SUCCEEDED',
+    job_type: i % 2 ? 'finetune' : 'train',
+    framework: 'pytorch',
+    base_model: 'sshleifer/tiny-gpt2',
+    dataset_path: '/data/tiny.jsonl',
+    epochs: 2,
+    batch_size: 4,
+    workers: 1,
+    owner: `user${i % 3}`,
+    created_at: 1_700_000_000 + i,
+    started_at: 1_700_000_010 + i,
+    ended_at: 1_700_000_100 + i,
+    elapsed_s: 90,
+    message: null,
+    ...overrides
+  };
+}
+
+export function makeDetail(overrides: Partial<IJobDetail> = {}): IJobDetail {
+  return {
+    ...makeJob(1),
+    name: 'tiny-ft',
+    status: 'running',
+    started_at: 1_700_000_000,
+    ended_at: null,
+    elapsed_s: 30,
+    spec: {
+      name: 'tiny-ft',
+      cluster: 'local',
+      base_model: 'sshleifer/tiny-gpt2',
+      epochs: 2,
+      training_config: { learning_rate: 0.001 }
+    },
+    checkpoint_dir: '/ckpt/tiny-ft',
+    checkpoints: [{ name: 'epoch-1', path: '/ckpt/tiny-ft/epoch-1', epoch: 1 }],
+    metrics: { step: 40, loss: 2.34567, learning_rate: 0.001, tokens_per_s: 1234.5, eta_s: 125, epoch: 1 },
+    error: null,
+    log_url: '/cleverthis/api/clusters/local/jobs/tiny-ft/logs',
+    ...overrides
+  };
+}

@@ -1,0 +1,121 @@
+import { describe, expect, it, vi } from 'vitest';
+
+import { IPlotly, JobDetailView } from '../src/shared';
+import { makeDetail } from './fixtures';
+
+function fakePlotly(): IPlotly & { react: ReturnType<typeof vi.fn> } {
+  return { react: vi.fn().mockResolvedValue(undefined), purge: vi.fn(), Plots: { resize: vi.fn() } };
+}
+
+function cell(view: JobDetailView, key: string): string {
+  return view.node.querySelector(`tr[data-key="${key}"] td`)!.textContent!;
+}
+
+describe('JobDetailView', () => {
+  it('shows status, configuration, elapsed, metrics, checkpoints', () => {
+    const plotly = fakePlotly();
+    const view = new JobDetailView({ now: () => 1_700_000_090, lossCurve: { loadPlotly: async () => plotly } });
+    view.setJob(makeDetail());
+    expect(view.node.querySelector('.jp-CleverThis-JobDetail-name')!.textContent).toBe('tiny-ft');
+    expect(view.node.querySelector('.jp-CleverThis-badge-running')).not.toBeNull();
+    expect(cell(view, 'Elapsed')).toBe('1m 30s');
+    expect(cell(view, 'Base model')).toBe('sshleifer/tiny-gpt2');
+    expect(cell(view, 'Last loss')).toBe('2.346');
+    expect(cell(view, 'Tokens / s')).toBe('1234.5');
+    expect(cell(view, 'ETA')).toBe('2m 05s');
+    expect(cell(view, 'Epoch')).toBe('1 / 2');
+    expect(cell(view, 'epochs')).toBe('2');
+    expect(cell(view, 'training_config')).toBe('{"learning_rate":0.001}');
+    expect(view.node.querySelector('.jp-CleverThis-JobDetail-checkpointDir code')!.textContent).toBe('/ckpt/tiny-ft');
+    expect(view.node.querySelector('.jp-CleverThis-JobDetail-checkpointList')!.textContent).toContain('epoch-1');
+    expect((view.node.querySelector('.jp-CleverThis-JobDetail-error') as HTMLElement).style.display).toBe('none');
+  });
+
+  it('shows the error message of a failed job and disables Cancel', () => {
+    const view = new JobDetailView({ onCancel: vi.fn() });
+    view.setJob(makeDetail({ status: 'failed', error: 'CUDA out of memory', ended_at: 1_700_000_100 }));
+    const error = view.node.querySelector('.jp-CleverThis-JobDetail-error') as HTMLElement;
+    expect(error.style.display).toBe('');
+    expect(error.textContent).toBe('CUDA out of memory');
+    const cancel = view.node.querySelector('.jp-CleverThis-JobDetail-cancel') as HTMLButtonElement;
+    expect(cancel.disabled).toBe(true);
+    expect(cell(view, 'ETA')).toBe('\u2014');
+  });
+
+  it('cancels an active job via onCancel', async () => {
+    let finish!: () => void;
+    const onCancel = vi.fn(() => new Promise<void>(resolve => (finish = resolve)));
+    const view = new JobDetailView({ onCancel });
+    view.setJob(makeDetail());
+    const cancel = view.node.querySelector('.jp-CleverThis-JobDetail-cancel') as HTMLButtonElement;
+    expect(cancel.disabled).toBe(false);
+    cancel.click();
+    expect(onCancel).toHaveBeenCalledWith(expect.objectContaining({ name: 'tiny-ft' }));
+    expect(cancel.disabled).toBe(true);
+    expect(cancel.textContent).toBe('Cancelling\u2026');
+    finish();
+    await new Promise(r => setTimeout(r, 0));
+    expect(cancel.textContent).toBe('Cancel');
+  });
+
+  it('has a Back link calling onBack', () => {
+    const onBack = vi.fn();
+    const view = new JobDetailView({ onBack });
+    (view.node.querySelector('.jp-CleverThis-back') as HTMLElement).click();
+    expect(onBack).toHaveBeenCalled();
+  });
+
+  it('shows logs', () => {
+    const view = new JobDetailView();
+    view.setJob(makeDetail());
+    view.setLogs('line 1\nline 2');
+    expect(view.node.querySelector('.jp-CleverThis-LogView-text')!.textContent).toBe('line 1\nline 2');
+    expect(view.logView!.text).toBe('line 1\nline 2');
+  });
+});
+
+describe('LossCurve (in the detail view)', () => {
+  it('draws the step-loss series with plotly', async () => {
+    const plotly = fakePlotly();
+    const view = new JobDetailView({ lossCurve: { loadPlotly: async () => plotly } });
+    view.setJob(makeDetail());
+    await view.setEvents([
+      { seq: 0, type: 'step', step: 1, loss: 3 },
+      { seq: 1, type: 'step', step: 2, loss: 2.5 }
+    ]);
+    expect(plotly.react).toHaveBeenCalledTimes(1);
+    const [el, data] = plotly.react.mock.calls[0];
+    expect(el).toBeInstanceOf(HTMLElement);
+    expect(data[0].x).toEqual([1, 2]);
+    expect(data[0].y).toEqual([3, 2.5]);
+    await view.addEvents([{ seq: 2, type: 'step', step: 3, loss: 2.1 }]);
+    const last = plotly.react.mock.calls[plotly.react.mock.calls.length - 1];
+    expect(last[1][0].x).toEqual([1, 2, 3]);
+    expect(view.lossCurve!.points).toHaveLength(3);
+  });
+
+  it('shows a placeholder and does not load plotly without data', async () => {
+    const load = vi.fn();
+    const view = new JobDetailView({ lossCurve: { loadPlotly: load } });
+    await view.setEvents([{ seq: 0, type: 'phase' }]);
+    expect(load).not.toHaveBeenCalled();
+    expect(view.node.querySelector('.jp-CleverThis-LossCurve-empty')!.textContent).toMatch(/No loss/);
+  });
+
+  it('redraws with the new colours when JupyterLab switches theme', async () => {
+    const plotly = fakePlotly();
+    const view = new JobDetailView({ lossCurve: { loadPlotly: async () => plotly } });
+    document.body.appendChild(view.node);
+    await view.setEvents([{ i: 1, type: 'step', step: 1, loss: 3 }]);
+    expect(plotly.react).toHaveBeenCalledTimes(1);
+    document.body.dataset.jpThemeName = 'JupyterLab Dark';
+    await new Promise(r => setTimeout(r, 0));
+    await view.lossCurve!.draw();
+    expect(plotly.react.mock.calls.length).toBeGreaterThanOrEqual(2);
+    view.dispose();
+    const calls = plotly.react.mock.calls.length;
+    document.body.dataset.jpThemeName = 'JupyterLab Light';
+    await new Promise(r => setTimeout(r, 0));
+    expect(plotly.react.mock.calls.length).toBe(calls);
+  });
+});

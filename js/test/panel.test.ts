@@ -1,0 +1,92 @@
+import { describe, expect, it, vi, type Mock } from 'vitest';
+
+// The real ui-components import .svg files; the panel only needs two icons.
+vi.mock('@jupyterlab/ui-components', () => {
+  class LabIcon {
+    constructor(readonly options: { name: string; svgstr: string }) {}
+    element() {
+      return document.createElement('span');
+    }
+  }
+  const icon = { element: () => document.createElement('span') };
+  return { LabIcon, launchIcon: icon, refreshIcon: icon };
+});
+
+import { Widget } from '@lumino/widgets';
+
+import { TrainingPanel } from '../src/panel';
+import { IClusterInfo, ITransport } from '../src/shared';
+import { makeDetail, makeJob } from './fixtures';
+
+const CLUSTERS: IClusterInfo[] = [
+  { name: 'local', address: 'http://127.0.0.1:8265', status: 'running', managed: true, resources: { CPU: { total: 2, free: 1 } } },
+  { name: 'gpu', address: 'http://gpu:8265', status: 'unreachable', managed: false, resources: {} }
+];
+
+function fakeTransport(): ITransport & { [K in keyof ITransport]: Mock } {
+  return {
+    listClusters: vi.fn().mockResolvedValue(CLUSTERS),
+    listJobs: vi.fn(async (cluster: string) => (cluster === 'local' ? [makeJob(1), makeJob(2)] : [])),
+    getJob: vi.fn().mockResolvedValue(makeDetail()),
+    createJob: vi.fn(),
+    cancelJob: vi.fn().mockResolvedValue(makeDetail({ status: 'cancelled' })),
+    getLogs: vi.fn().mockResolvedValue('log text'),
+    getEvents: vi.fn().mockResolvedValue({ events: [{ i: 1, type: 'phase' }], next: 1 }),
+    getSchema: vi.fn()
+  } as any;
+}
+
+describe('TrainingPanel', () => {
+  it('has the panel id, lists clusters and jobs, and opens a job', async () => {
+    const transport = fakeTransport();
+    const panel = new TrainingPanel({ transport, defaultCluster: 'local' });
+    expect(panel.id).toBe('jp-CleverThis-training');
+    Widget.attach(panel, document.body);
+    await panel.refresh();
+
+    const select = panel.node.querySelector('select') as HTMLSelectElement;
+    expect([...select.options].map(o => o.textContent)).toEqual(['local (running)', 'gpu (unreachable)']);
+    expect(panel.cluster).toBe('local');
+    expect(panel.node.querySelector('.jp-CleverThis-resources')!.textContent).toContain('CPU 1/2 free');
+    expect(panel.table.jobs.map(j => j.name)).toEqual(['job-0002', 'job-0001']);
+
+    (panel.node.querySelector('.jp-CleverThis-JobTable-row') as HTMLElement).click();
+    expect(panel.view).toBe('detail');
+    await panel.refresh();
+    expect(transport.getJob).toHaveBeenCalledWith('local', 'job-0002');
+    expect(transport.getEvents).toHaveBeenLastCalledWith('local', 'job-0002', 1);
+    expect(panel.node.querySelector('.jp-CleverThis-LogView-text')!.textContent).toBe('log text');
+
+    (panel.node.querySelector('.jp-CleverThis-back') as HTMLElement).click();
+    expect(panel.view).toBe('list');
+    panel.dispose();
+  });
+
+  it('switches cluster from the selector and shows errors', async () => {
+    const transport = fakeTransport();
+    const panel = new TrainingPanel({ transport });
+    Widget.attach(panel, document.body);
+    await panel.refresh();
+    expect(panel.cluster).toBe('local');
+    const select = panel.node.querySelector('select') as HTMLSelectElement;
+    select.value = 'gpu';
+    select.dispatchEvent(new Event('change'));
+    expect(panel.cluster).toBe('gpu');
+    transport.listJobs.mockRejectedValueOnce(new Error('cluster unreachable'));
+    await panel.refresh();
+    const bar = panel.node.querySelector('.jp-CleverThis-errorBar') as HTMLElement;
+    expect(bar.style.display).toBe('');
+    expect(bar.textContent).toContain('cluster unreachable');
+    await panel.refresh();
+    expect(bar.style.display).toBe('none');
+    panel.dispose();
+  });
+
+  it('applies the refresh interval setting', () => {
+    const panel = new TrainingPanel({ transport: fakeTransport(), refreshInterval: 3 });
+    expect(panel.refreshInterval).toBe(3);
+    panel.refreshInterval = 10;
+    expect(panel.refreshInterval).toBe(10);
+    panel.dispose();
+  });
+});

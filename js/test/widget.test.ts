@@ -1,0 +1,174 @@
+import { afterEach, describe, expect, it } from 'vitest';
+
+import widget, { IAnyModel, ModelTransport } from '../src/widget';
+import { makeDetail, makeJob } from './fixtures';
+
+/** A minimal stand-in for the anywidget model. */
+class FakeModel implements IAnyModel {
+  constructor(state: Record<string, unknown>) {
+    this.state = { jobs: [], detail: null, events: [], view: 'list', logs: '', ...state };
+  }
+  state: Record<string, unknown>;
+  sent: any[] = [];
+  saves = 0;
+  private handlers = new Map<string, Set<(...args: any[]) => void>>();
+  get(name: string) {
+    return this.state[name];
+  }
+  set(name: string, value: unknown) {
+    this.state[name] = value;
+    this.emit(`change:${name}`);
+  }
+  save_changes() {
+    this.saves++;
+  }
+  on(event: string, cb: (...args: any[]) => void) {
+    if (!this.handlers.has(event)) {
+      this.handlers.set(event, new Set());
+    }
+    this.handlers.get(event)!.add(cb);
+  }
+  off(event?: string | null, cb?: ((...args: any[]) => void) | null) {
+    if (event && cb) {
+      this.handlers.get(event)?.delete(cb);
+    }
+  }
+  send(content: unknown) {
+    this.sent.push(content);
+  }
+  emit(event: string, ...args: unknown[]) {
+    for (const cb of [...(this.handlers.get(event) ?? [])]) {
+      cb(...args);
+    }
+  }
+  listenerCount() {
+    return [...this.handlers.values()].reduce((n, s) => n + s.size, 0);
+  }
+}
+
+let cleanups: (() => void)[] = [];
+afterEach(() => {
+  cleanups.forEach(c => c());
+  cleanups = [];
+});
+
+function render(model: FakeModel) {
+  const el = document.createElement('div');
+  document.body.appendChild(el);
+  const cleanup = widget.render({ model, el });
+  cleanups.push(cleanup);
+  return { el, cleanup };
+}
+
+describe('anywidget entry', () => {
+  it('renders the jobs traitlet and follows changes', () => {
+    const model = new FakeModel({ jobs: [makeJob(1), makeJob(2, { status: 'running', started_at: null })] });
+    const { el } = render(model);
+    expect(el.querySelectorAll('.jp-CleverThis-JobTable-row').length).toBe(2);
+    model.set('jobs', [makeJob(1), makeJob(2), makeJob(3)]);
+    const rows = [...el.querySelectorAll<HTMLElement>('.jp-CleverThis-JobTable-row')].filter(
+      r => r.style.display !== 'none'
+    );
+    expect(rows.length).toBe(3);
+    expect(el.querySelector('.jp-CleverThis-badge-running')).toBeNull();
+  });
+
+  it('switches views with the view traitlet', () => {
+    const model = new FakeModel({ jobs: [makeJob(1)], detail: makeDetail(), logs: 'hello log' });
+    const { el } = render(model);
+    const root = el.querySelector('.jp-CleverThis-widget') as HTMLElement;
+    expect(root.dataset.view).toBe('list');
+    model.set('view', 'detail');
+    expect((el.querySelector('.jp-CleverThis-JobDetail') as HTMLElement).style.display).toBe('');
+    expect((el.querySelector('.jp-CleverThis-JobTable') as HTMLElement).style.display).toBe('none');
+    expect(el.querySelector('.jp-CleverThis-JobDetail-name')!.textContent).toBe('tiny-ft');
+    model.set('view', 'logs');
+    const logPanes = el.querySelectorAll('.jp-CleverThis-widget > .jp-CleverThis-LogView');
+    expect(logPanes[0].textContent).toBe('hello log');
+  });
+
+  it('selecting a row sends select and shows the detail view', () => {
+    const model = new FakeModel({ jobs: [makeJob(7)] });
+    const { el } = render(model);
+    (el.querySelector('.jp-CleverThis-JobTable-row') as HTMLElement).click();
+    expect(model.sent[0]).toMatchObject({ action: 'select', name: 'job-0007' });
+    expect(model.get('view')).toBe('detail');
+    expect(model.saves).toBe(1);
+    expect(el.querySelector('.jp-CleverThis-JobDetail-name')!.textContent).toBe('job-0007');
+  });
+
+  it('Cancel sends {action: "cancel", name}', async () => {
+    const model = new FakeModel({ detail: makeDetail(), view: 'detail' });
+    const { el } = render(model);
+    const cancel = el.querySelector('.jp-CleverThis-JobDetail-cancel') as HTMLButtonElement;
+    cancel.click();
+    expect(model.sent[0]).toMatchObject({ action: 'cancel', name: 'tiny-ft' });
+    expect(typeof model.sent[0].request_id).toBe('string');
+    expect(cancel.disabled).toBe(true);
+    // The kernel updates the detail traitlet: the request settles.
+    model.set('detail', makeDetail({ status: 'cancelled' }));
+    await new Promise(r => setTimeout(r, 0));
+    expect(el.querySelector('.jp-CleverThis-badge-cancelled')).not.toBeNull();
+    expect(cancel.textContent).toBe('Cancel');
+  });
+
+  it('draws the events traitlet on the curve view', async () => {
+    const model = new FakeModel({ view: 'curve' });
+    const { el } = render(model);
+    expect(el.querySelector('.jp-CleverThis-widget > .jp-CleverThis-LossCurve .jp-CleverThis-LossCurve-empty')).not.toBeNull();
+  });
+
+  it('cleans up its listeners', () => {
+    const model = new FakeModel({});
+    const before = model.listenerCount();
+    const { cleanup, el } = render(model);
+    expect(model.listenerCount()).toBeGreaterThan(before);
+    cleanup();
+    cleanups = [];
+    expect(model.listenerCount()).toBe(before);
+    expect(el.children.length).toBe(0);
+  });
+});
+
+describe('ModelTransport', () => {
+  it('answers from the traitlets', async () => {
+    const model = new FakeModel({
+      jobs: [makeJob(1), makeJob(2, { cluster: 'gpu' })],
+      events: [
+        { i: 1, seq: 0, type: 'step', step: 1, loss: 2 },
+        { i: 2, seq: 1, type: 'step', step: 2, loss: 1 }
+      ]
+    });
+    const t = new ModelTransport(model);
+    expect((await t.listClusters()).map(c => c.name).sort()).toEqual(['gpu', 'local']);
+    expect((await t.listJobs('gpu')).map(j => j.name)).toEqual(['job-0002']);
+    expect(await t.getEvents('local', 'x', 1)).toEqual({
+      events: [{ i: 2, seq: 1, type: 'step', step: 2, loss: 1 }],
+      next: 2
+    });
+    expect(await t.getEvents('local', 'x', 2)).toEqual({ events: [], next: 2 });
+    await expect(t.getSchema()).rejects.toMatchObject({ code: 'unsupported' });
+    t.dispose();
+  });
+
+  it('settles a request on the kernel reply message', async () => {
+    const model = new FakeModel({});
+    const t = new ModelTransport(model, 1000);
+    const pending = t.getJob('local', 'tiny-ft');
+    const request = model.sent[0];
+    expect(request).toMatchObject({ action: 'select', name: 'tiny-ft' });
+    model.emit('msg:custom', { reply_to: request.request_id, ok: true, result: makeDetail() });
+    await expect(pending).resolves.toMatchObject({ name: 'tiny-ft' });
+
+    const failing = t.createJob('local', { name: 'bad' });
+    model.emit('msg:custom', {
+      reply_to: model.sent[1].request_id,
+      ok: false,
+      error: { status: 422, code: 'invalid_spec', message: 'bad', details: { errors: [{ field: 'epochs', message: 'no' }] } }
+    });
+    const err = await failing.catch(e => e);
+    expect(err.code).toBe('invalid_spec');
+    expect(err.fieldErrors).toEqual([{ field: 'epochs', message: 'no' }]);
+    t.dispose();
+  });
+});

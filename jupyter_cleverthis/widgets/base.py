@@ -1,0 +1,191 @@
+"""The anywidget base shared by the job widgets: one built ESM (js/src/widget.ts, the sidebar's TS core)
+and a poller that refreshes traitlets from the job service without blocking the kernel.
+
+Service calls run in a worker thread (`asyncio.to_thread`) from a task on the kernel's event loop, so a
+slow cluster never blocks cell execution. The front-end's actions arrive as custom messages and are
+answered with `{reply_to, ok, result | error}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import traitlets as t
+
+from ..errors import CleverThisError
+from ..job import Job, default_service
+from ..service.jobs import JobService
+
+log = logging.getLogger(__name__)
+STATIC = Path(__file__).parent / "static"
+
+
+def _esm() -> Any:
+    f = STATIC / "widget.js"
+    if f.exists():
+        return f
+    return "export default { render({ el }) { el.textContent = 'jupyter-cleverthis: front-end not built (make install)'; } };"
+
+
+def _css() -> Any:
+    f = STATIC / "widget.css"
+    return f if f.exists() else ""
+
+
+class JobsWidget(anywidget.AnyWidget):
+    _esm = _esm()
+    _css = _css()
+
+    jobs = t.List(t.Dict()).tag(sync=True)
+    detail = t.Dict(allow_none=True, default_value=None).tag(sync=True)
+    events = t.List(t.Dict()).tag(sync=True)
+    logs = t.Unicode("").tag(sync=True)
+    view = t.Unicode("list").tag(sync=True)
+    schema = t.Dict(allow_none=True, default_value=None).tag(sync=True)
+    cluster = t.Unicode("local").tag(sync=True)
+    error = t.Unicode("").tag(sync=True)
+
+    #: Seconds between refreshes while the widget is live.
+    interval: float = 2.0
+    #: Bytes of log text kept in the front-end (a bounded buffer).
+    max_log_chars: int = 200_000
+
+    def __init__(self, *, service: JobService | None = None, interval: float | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.service = service or default_service()
+        if interval is not None:
+            self.interval = interval
+        self.selected: str | None = None
+        self._since = 0
+        self._task: asyncio.Task[None] | None = None
+        self.on_msg(self._on_action)
+        self.start()
+
+    # -- refresh loop -------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        try:
+            loop = asyncio.get_event_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not None and loop.is_running():
+            self._task = loop.create_task(self._loop())
+        else:  # plain Python: one synchronous refresh
+            self.refresh()
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    def close(self) -> None:
+        self.stop()
+        super().close()
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                done = await asyncio.to_thread(self.refresh)
+                self.error = ""
+            except CleverThisError as e:
+                self.error = e.message
+                done = False
+            except Exception as e:  # keep the widget alive through passing failures
+                log.debug("widget refresh failed: %s", e)
+                self.error = str(e)[:300]
+                done = False
+            if done:
+                return
+            await asyncio.sleep(self.interval)
+
+    def refresh(self) -> bool:
+        """Pull fresh state; returns True when there is nothing more to watch."""
+        raise NotImplementedError
+
+    # -- pieces the subclasses combine ----------------------------------------------------------------------------
+    def _refresh_list(self) -> None:
+        self.jobs = [j.model_dump(mode="json") for j in self.service.list(self.cluster)]
+
+    def _refresh_detail(self, name: str) -> bool:
+        d = self.service.get(self.cluster, name)
+        self.detail = d.model_dump(mode="json")
+        new = self.service.events(self.cluster, name, self._since)
+        if new:
+            self._since = new[-1]["i"]
+            self.events = self.events + [e for e in new if e["type"] in ("step", "epoch", "validation", "checkpoint")]
+        return d.status.is_terminal()
+
+    def _refresh_logs(self, name: str) -> None:
+        text = self.service.logs(self.cluster, name)["text"]
+        self.logs = text[-self.max_log_chars:]
+
+    def _select(self, name: str) -> None:
+        if name != self.selected:
+            self.selected, self._since, self.events, self.logs = name, 0, [], ""
+
+    # -- front-end actions --------------------------------------------------------------------------------------
+    def _on_action(self, _widget: Any, content: dict[str, Any], _buffers: Any) -> None:
+        action, rid = content.get("action"), content.get("request_id")
+        try:
+            result = self.handle(action, content)
+            if rid:
+                self.send({"reply_to": rid, "ok": True, "result": result})
+        except CleverThisError as e:
+            if rid:
+                self.send({"reply_to": rid, "ok": False, "error": {**e.as_dict(), "status": e.status}})
+        except Exception as e:
+            log.exception("widget action %s failed", action)
+            if rid:
+                self.send({"reply_to": rid, "ok": False, "error": {"code": "internal", "message": str(e)[:300],
+                                                                     "details": {}, "status": 500}})
+
+    def handle(self, action: str | None, content: dict[str, Any]) -> Any:
+        name = content.get("name")
+        if action == "select" and name:
+            self._select(name)
+            self._refresh_detail(name)
+            self.view = "detail"
+            if self._task is None or self._task.done():
+                self.start()
+            return self.detail
+        if action == "cancel" and name:
+            d = self.service.cancel(self.cluster, name)
+            self.detail = d.model_dump(mode="json")
+            return self.detail
+        if action == "resume" and name:
+            d = self.service.resume(self.cluster, name, epochs=content.get("epochs"))
+            return d.model_dump(mode="json")
+        if action == "logs" and name:
+            self._refresh_logs(name)
+            return None
+        if action == "refresh":
+            self.refresh()
+            return None
+        if action == "create":
+            spec = self.service.validate(dict(content.get("spec") or {}, cluster=self.cluster))
+            d = self.service.create(spec)
+            self._select(d.name)
+            self.detail = d.model_dump(mode="json")
+            self.created = Job(d.name, self.cluster, service=self.service)
+            if self._task is None or self._task.done():
+                self.start()
+            return self.detail
+        if action == "plan":
+            spec = self.service.validate(dict(content.get("spec") or {}, cluster=self.cluster))
+            return self.service.preflight(spec)
+        raise CleverThisError(f"unknown action '{action}'")
+
+    created: Job | None = None
+
+
+def job_name(job: Job | str) -> str:
+    return job.name if isinstance(job, Job) else str(job)
+
+
+def job_cluster(job: Job | str, cluster: str | None) -> str:
+    if cluster:
+        return cluster
+    return job.cluster if isinstance(job, Job) else "local"

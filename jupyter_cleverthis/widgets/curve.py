@@ -1,0 +1,102 @@
+"""LossCurve: training loss per step and validation loss per epoch for one or several jobs, live (plotly)."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import logging
+import time
+
+import ipywidgets as w
+import plotly.graph_objects as go
+
+from ..cli import fmt_duration
+from ..job import Job, default_service
+from ..service.jobs import JobService
+from .hints import interpret
+
+log = logging.getLogger(__name__)
+MIN_UPDATE_INTERVAL_S = 0.1  # at most ~10 figure updates per second
+
+
+class LossCurve(w.VBox):
+    """`LossCurve(job)` or `LossCurve([job_a, job_b])` to compare; updates from the kernel's event loop."""
+
+    def __init__(self, jobs: Job | str | list[Job | str], *, cluster: str = "local", max_points: int = 2000,
+                 interval: float = 1.0, service: JobService | None = None) -> None:
+        items = jobs if isinstance(jobs, list) else [jobs]
+        self.jobs = [j if isinstance(j, Job) else Job(str(j), cluster) for j in items]
+        self.service = service or default_service()
+        self.max_points = max_points
+        self.interval = max(interval, MIN_UPDATE_INTERVAL_S)
+        self.figure = go.FigureWidget(layout=go.Layout(
+            height=320, margin={"l": 50, "r": 20, "t": 30, "b": 40},
+            xaxis_title="step", yaxis_title="loss", legend={"orientation": "h"},
+            template="plotly_white",
+        ))
+        for job in self.jobs:
+            self.figure.add_scatter(name=f"{job.name} train", mode="lines", x=[], y=[])
+            self.figure.add_scatter(name=f"{job.name} validation", mode="lines+markers", x=[], y=[])
+        self.status = w.HTML()
+        self.status.add_class("jp-CleverThis-curveStatus")
+        super().__init__([self.figure, self.status])
+        self.hints: dict[str, tuple[str, str] | None] = {}
+        self._last_update = 0.0
+        self._task: asyncio.Task[None] | None = None
+        try:
+            loop = asyncio.get_event_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not None and loop.is_running():
+            self._task = loop.create_task(self._loop())
+        else:
+            self.refresh()
+
+    def refresh(self) -> bool:
+        """Fetch every job's downsampled curve and redraw in one batch; True when all jobs have ended."""
+        data, done, lines = [], True, []
+        for job in self.jobs:
+            d = self.service.get(job.cluster, job.name)
+            m = self.service.metrics(job.cluster, job.name, max_points=self.max_points)
+            data.append(m)
+            done = done and d.status.is_terminal()
+            latest = m["latest"] or {}
+            hint = interpret(m["loss"], latest.get("total_steps"))
+            self.hints[job.name] = hint
+            parts = [f"<b>{html.escape(job.name)}</b> {d.status.value}"]
+            if latest.get("loss") is not None:
+                parts.append(f"loss {latest['loss']:.4f} (step {latest.get('step')}/{latest.get('total_steps')})")
+            if latest.get("tokens_per_s"):
+                parts.append(f"{latest['tokens_per_s']:,.0f} tokens/s")
+            if latest.get("eta_s") is not None and not d.status.is_terminal():
+                parts.append(f"ETA {fmt_duration(latest['eta_s'])}")
+            if hint:
+                parts.append(f"<i class='jp-CleverThis-hint' data-pattern='{hint[0]}'>{html.escape(hint[1])}</i>")
+            lines.append(" · ".join(parts))
+        wait = MIN_UPDATE_INTERVAL_S - (time.time() - self._last_update)
+        if wait > 0:
+            time.sleep(wait)
+        with self.figure.batch_update():
+            for k, m in enumerate(data):
+                train, val = self.figure.data[2 * k], self.figure.data[2 * k + 1]
+                train.x, train.y = m["step"], m["loss"]
+                steps_by_epoch = {e["epoch"]: e["step"] for e in m["epochs"]}
+                val.x = [steps_by_epoch.get(v["epoch"], v["epoch"]) for v in m["validation"]]
+                val.y = [v["eval_loss"] for v in m["validation"]]
+        self._last_update = time.time()
+        self.status.value = "<br>".join(lines)
+        return done
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                if await asyncio.to_thread(self.refresh):
+                    return
+            except Exception as e:  # a passing cluster error must not kill the curve
+                log.debug("curve refresh failed: %s", e)
+            await asyncio.sleep(self.interval)
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        super().close()

@@ -1,0 +1,119 @@
+"""Widget state against an in-memory job service (the real-cluster paths run in the kernel tests)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from jupyter_cleverthis.errors import InvalidSpec, JobNotFound
+from jupyter_cleverthis.job import Job
+from jupyter_cleverthis.service.models import JobDetail as Detail
+from jupyter_cleverthis.service.models import Metrics
+from jupyter_cleverthis.spec import JobSpec, JobStatus
+from jupyter_cleverthis.widgets import CreateJobForm, JobDetail, JobList, LogStream, LossCurve
+
+
+class FakeService:
+    def __init__(self):
+        self.jobs: dict[str, Detail] = {}
+        self.log = ""
+        self.evs: list[dict] = []
+        self.cancelled: list[str] = []
+
+    def add(self, name, status=JobStatus.RUNNING, losses=()):
+        self.jobs[name] = Detail(name=name, cluster="local", status=status, ray_status="RUNNING",
+                                 created_at=time.time() - 5, metrics=Metrics(step=len(losses)))
+        for k, loss in enumerate(losses, 1):
+            self.evs.append({"i": len(self.evs) + 1, "type": "step", "step": k, "loss": loss, "total_steps": 100})
+
+    def list(self, cluster):
+        return list(self.jobs.values())
+
+    def get(self, cluster, name):
+        if name not in self.jobs:
+            raise JobNotFound(f"no job named '{name}'")
+        return self.jobs[name]
+
+    def events(self, cluster, name, since=0):
+        return [e for e in self.evs if e["i"] > since]
+
+    def logs(self, cluster, name, offset=0, limit=None):
+        return {"text": self.log[offset:], "offset": offset, "next": len(self.log), "size": len(self.log)}
+
+    def metrics(self, cluster, name, max_points=1000):
+        steps = [e for e in self.evs if e["type"] == "step"]
+        return {"count": len(steps), "step": [e["step"] for e in steps], "loss": [e["loss"] for e in steps],
+                "epochs": [], "validation": [], "latest": steps[-1] if steps else None}
+
+    def cancel(self, cluster, name):
+        self.cancelled.append(name)
+        self.jobs[name] = self.jobs[name].model_copy(update={"status": JobStatus.CANCELLED})
+        return self.jobs[name]
+
+    @staticmethod
+    def validate(data):
+        from jupyter_cleverthis.service.jobs import JobService
+
+        return JobService.validate(data)
+
+    def create(self, spec: JobSpec, owner=None):
+        self.add(spec.name, JobStatus.QUEUED)
+        return self.jobs[spec.name]
+
+
+@pytest.fixture
+def svc():
+    s = FakeService()
+    s.add("a", losses=[3.0 - 0.02 * i for i in range(40)])
+    s.add("b", JobStatus.SUCCEEDED)
+    return s
+
+
+def test_job_list_rows_and_click_opens_detail(svc):
+    w = JobList(service=svc)
+    assert [j["name"] for j in w.jobs] == ["a", "b"] and w.view == "list"
+    w._on_action(w, {"action": "select", "name": "a", "request_id": "r1"}, None)
+    assert w.view == "detail" and w.detail["name"] == "a" and len(w.events) == 40
+
+
+def test_job_detail_and_cancel(svc):
+    svc.log = "line 1\nline 2\n"
+    w = JobDetail(Job("a", service=svc), service=svc)
+    assert w.detail["status"] == "running" and "line 2" in w.logs
+    replies = []
+    w.send = replies.append
+    w._on_action(w, {"action": "cancel", "name": "a", "request_id": "r2"}, None)
+    assert svc.cancelled == ["a"] and replies[0]["ok"] and replies[0]["reply_to"] == "r2"
+    w._on_action(w, {"action": "select", "name": "nope", "request_id": "r3"}, None)
+    assert replies[1]["ok"] is False and replies[1]["error"]["code"] == "job_not_found"
+
+
+def test_log_stream_is_bounded_and_incremental(svc):
+    svc.log = "x" * 500
+    w = LogStream("a", service=svc, max_chars=100)
+    assert len(w.logs) == 100
+    svc.log += "tail-end"
+    w.refresh()
+    assert w.logs.endswith("tail-end") and len(w.logs) == 100
+
+
+def test_create_form_validates_with_field_errors(svc):
+    w = CreateJobForm(service=svc)
+    assert w.view == "create" and w.schema["job_spec"]["properties"]["epochs"]["default"] == 3
+    replies = []
+    w.send = replies.append
+    w._on_action(w, {"action": "create", "spec": {"name": "bad/name"}, "request_id": "r"}, None)
+    assert replies[-1]["ok"] is False and replies[-1]["error"]["details"]["errors"][0]["field"] == "name"
+    w._on_action(w, {"action": "create", "spec": {"name": "good-1", "epochs": 1}, "request_id": "r"}, None)
+    assert replies[-1]["ok"] and w.job.name == "good-1" and w.detail["name"] == "good-1"
+    with pytest.raises(InvalidSpec):
+        svc.validate({"name": "x", "epochs": 0})
+
+
+def test_loss_curve_compares_jobs_and_hints(svc):
+    c = LossCurve([Job("a", service=svc), "b"], service=svc)
+    assert len(c.figure.data) == 4
+    assert list(c.figure.data[0].y)[:2] == [3.0, 2.98]
+    assert c.hints["a"][0] == "smooth" and c.hints["b"] is None
+    assert "a</b> running" in c.status.value and "Loss decreasing smoothly" in c.status.value
