@@ -25,7 +25,8 @@ class FakeService:
         self.jobs[name] = Detail(name=name, cluster="local", status=status, ray_status="RUNNING",
                                  created_at=time.time() - 5, metrics=Metrics(step=len(losses)))
         for k, loss in enumerate(losses, 1):
-            self.evs.append({"i": len(self.evs) + 1, "type": "step", "step": k, "loss": loss, "total_steps": 100})
+            self.evs.append({"i": len(self.evs) + 1, "job": name, "type": "step", "step": k, "loss": loss,
+                             "total_steps": 100})
 
     def list(self, cluster):
         return list(self.jobs.values())
@@ -36,13 +37,13 @@ class FakeService:
         return self.jobs[name]
 
     def events(self, cluster, name, since=0):
-        return [e for e in self.evs if e["i"] > since]
+        return [e for e in self.evs if e["i"] > since and e["job"] == name]
 
     def logs(self, cluster, name, offset=0, limit=None):
         return {"text": self.log[offset:], "offset": offset, "next": len(self.log), "size": len(self.log)}
 
     def metrics(self, cluster, name, max_points=1000):
-        steps = [e for e in self.evs if e["type"] == "step"]
+        steps = [e for e in self.evs if e["type"] == "step" and e["job"] == name]
         return {"count": len(steps), "step": [e["step"] for e in steps], "loss": [e["loss"] for e in steps],
                 "epochs": [], "validation": [], "latest": steps[-1] if steps else None}
 
