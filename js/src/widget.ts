@@ -4,7 +4,9 @@
  *
  * Traitlets read: `jobs` (list of JobSummary), `detail` (JobDetail or null),
  * `events` (list of step events), `view` ("list" | "detail" | "curve" |
- * "logs"), `logs` (string); optional `schema` (the `GET /schema` answer).
+ * "logs" | "create"), `logs` (string); optional `schema` (the `GET /schema`
+ * answer, needed by "create"), `cluster` (string) and `error` (string, shown
+ * in the error bar).
  * The front-end writes `view` and sends actions with `model.send(...)`:
  *
  *   {action: "select", name}          a row was clicked (view set to "detail")
@@ -22,6 +24,7 @@ import '../style/base.css';
 
 import {
   CSS_PREFIX,
+  CreateJobForm,
   IClusterInfo,
   IEventsPage,
   IJobDetail,
@@ -50,9 +53,9 @@ export interface IAnyModel {
 }
 
 /** Views selectable with the `view` traitlet. */
-export type WidgetView = 'list' | 'detail' | 'curve' | 'logs';
+export type WidgetView = 'list' | 'detail' | 'curve' | 'logs' | 'create';
 
-const VIEWS: readonly WidgetView[] = ['list', 'detail', 'curve', 'logs'];
+const VIEWS: readonly WidgetView[] = ['list', 'detail', 'curve', 'logs', 'create'];
 
 /** Default time to wait for the kernel to answer an action, in ms. */
 const REPLY_TIMEOUT_MS = 15_000;
@@ -81,8 +84,17 @@ export class ModelTransport implements ITransport {
     return Array.isArray(events) ? (events as IJobEvent[]) : [];
   }
 
+  /** The widget's cluster (`cluster` traitlet), if any. */
+  cluster(): string {
+    const cluster = this.model.get('cluster');
+    return typeof cluster === 'string' ? cluster : '';
+  }
+
   async listClusters(): Promise<IClusterInfo[]> {
     const names = new Set<string>();
+    if (this.cluster()) {
+      names.add(this.cluster());
+    }
     for (const job of this.jobs()) {
       if (job.cluster) {
         names.add(job.cluster);
@@ -281,9 +293,15 @@ export function renderWidget(model: IAnyModel, el: HTMLElement): () => void {
   const root = h('div', { class: `${CSS_PREFIX}-widget` });
   const status = h('div', { class: `${CSS_PREFIX}-errorBar`, role: 'alert' });
   status.style.display = 'none';
+  let localError: string | null = null;
   const showError = (message: string | null) => {
-    status.textContent = message ?? '';
-    status.style.display = message ? '' : 'none';
+    localError = message;
+    const kernelError = model.get('error');
+    const text = [localError, typeof kernelError === 'string' ? kernelError : '']
+      .filter(Boolean)
+      .join('\n');
+    status.textContent = text;
+    status.style.display = text ? '' : 'none';
   };
 
   const setView = (view: WidgetView) => {
@@ -316,13 +334,59 @@ export function renderWidget(model: IAnyModel, el: HTMLElement): () => void {
   });
   const curve = new LossCurve({ height: 280 });
   const logs = new LogView();
+
+  // The Create Job form, built from the `schema` traitlet.
+  const createPane = h('div', { class: `${CSS_PREFIX}-widgetCreate` });
+  let createForm: CreateJobForm | null = null;
+  const createButton = h(
+    'button',
+    { type: 'button', class: `${CSS_PREFIX}-button jp-mod-accept ${CSS_PREFIX}-createSubmit` },
+    'Create'
+  );
+  createButton.addEventListener('click', async () => {
+    if (!createForm) {
+      return;
+    }
+    createButton.disabled = true;
+    try {
+      const created = await createForm.submit(transport);
+      if (created) {
+        detail.setJob(created);
+        setView('detail');
+      }
+    } finally {
+      createButton.disabled = false;
+    }
+  });
+  const onSchema = () => {
+    const schema = model.get('schema');
+    if (!schema || typeof schema !== 'object' || !(schema as ISchemaBundle).job_spec) {
+      createForm = null;
+      createPane.replaceChildren(
+        h('div', { class: `${CSS_PREFIX}-LossCurve-empty` }, 'The job schema is not available.')
+      );
+      return;
+    }
+    createForm = new CreateJobForm({ schema: schema as ISchemaBundle, cluster: transport.cluster() });
+    createPane.replaceChildren(
+      createForm.node,
+      h('div', { class: `${CSS_PREFIX}-toolbar ${CSS_PREFIX}-widgetCreateFooter` }, createButton)
+    );
+  };
+  const onCluster = () => {
+    if (createForm) {
+      createForm.cluster = transport.cluster();
+    }
+  };
+
   const panes: Record<WidgetView, HTMLElement> = {
     list: table.node,
     detail: detail.node,
     curve: curve.node,
-    logs: logs.node
+    logs: logs.node,
+    create: createPane
   };
-  root.append(status, table.node, detail.node, curve.node, logs.node);
+  root.append(status, table.node, detail.node, curve.node, logs.node, createPane);
   el.appendChild(root);
 
   const currentView = (): WidgetView => {
@@ -370,7 +434,10 @@ export function renderWidget(model: IAnyModel, el: HTMLElement): () => void {
     ['change:detail', onDetail],
     ['change:events', onEvents],
     ['change:logs', onLogs],
-    ['change:view', apply]
+    ['change:view', apply],
+    ['change:schema', onSchema],
+    ['change:cluster', onCluster],
+    ['change:error', () => showError(localError)]
   ];
   for (const [event, callback] of listeners) {
     model.on(event, callback);
@@ -379,6 +446,8 @@ export function renderWidget(model: IAnyModel, el: HTMLElement): () => void {
   onDetail();
   onEvents();
   onLogs();
+  onSchema();
+  showError(null);
   apply();
 
   // Keep the elapsed times moving between kernel updates.

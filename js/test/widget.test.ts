@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 
 import widget, { IAnyModel, ModelTransport } from '../src/widget';
-import { makeDetail, makeJob } from './fixtures';
+import { SCHEMA_BUNDLE, makeDetail, makeJob } from './fixtures';
 
 /** A minimal stand-in for the anywidget model. */
 class FakeModel implements IAnyModel {
@@ -116,6 +116,50 @@ describe('anywidget entry', () => {
     const model = new FakeModel({ view: 'curve' });
     const { el } = render(model);
     expect(el.querySelector('.jp-CleverThis-widget > .jp-CleverThis-LossCurve .jp-CleverThis-LossCurve-empty')).not.toBeNull();
+  });
+
+  it('create view: form from the schema traitlet, create action, 422 errors under fields', async () => {
+    const model = new FakeModel({ view: 'create', schema: SCHEMA_BUNDLE, cluster: 'gpu' });
+    const { el } = render(model);
+    const pane = el.querySelector('.jp-CleverThis-widgetCreate') as HTMLElement;
+    expect(pane.style.display).toBe('');
+    const name = pane.querySelector('[data-field="name"] input') as HTMLInputElement;
+    name.value = 'nb-job';
+    (pane.querySelector('[data-field="base_model"] input') as HTMLInputElement).value = 'm';
+    (pane.querySelector('[data-field="dataset_path"] input') as HTMLInputElement).value = '/d';
+    const button = pane.querySelector('.jp-CleverThis-createSubmit') as HTMLButtonElement;
+
+    button.click();
+    await new Promise(r => setTimeout(r, 0));
+    const first = model.sent[model.sent.length - 1];
+    expect(first).toMatchObject({ action: 'create', spec: { name: 'nb-job', cluster: 'gpu', job_type: 'train' } });
+    model.emit('msg:custom', {
+      reply_to: first.request_id,
+      ok: false,
+      error: { status: 422, code: 'invalid_spec', message: 'bad', details: { errors: [{ field: 'epochs', message: 'too many' }] } }
+    });
+    await new Promise(r => setTimeout(r, 0));
+    expect(pane.querySelector('[data-field="epochs"] .jp-CleverThis-fieldError')!.textContent).toBe('too many');
+
+    button.click();
+    await new Promise(r => setTimeout(r, 0));
+    const second = model.sent[model.sent.length - 1];
+    model.emit('msg:custom', { reply_to: second.request_id, ok: true, result: makeDetail({ name: 'nb-job' }) });
+    await new Promise(r => setTimeout(r, 0));
+    expect(model.get('view')).toBe('detail');
+    expect(el.querySelector('.jp-CleverThis-JobDetail-name')!.textContent).toBe('nb-job');
+  });
+
+  it('shows the error traitlet', () => {
+    const model = new FakeModel({});
+    const { el } = render(model);
+    const bar = el.querySelector('.jp-CleverThis-errorBar') as HTMLElement;
+    expect(bar.style.display).toBe('none');
+    model.set('error', 'cluster unreachable');
+    expect(bar.style.display).toBe('');
+    expect(bar.textContent).toBe('cluster unreachable');
+    model.set('error', '');
+    expect(bar.style.display).toBe('none');
   });
 
   it('cleans up its listeners', () => {

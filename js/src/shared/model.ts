@@ -46,7 +46,8 @@ export interface IClusterInfo {
   address: string;
   status: ClusterStatus | string;
   managed: boolean;
-  resources: Record<string, IResourceUsage>;
+  /** Null while the cluster is not running. */
+  resources: Record<string, IResourceUsage> | null;
 }
 
 /** Kind of job; set by the Create Job dialog's tab. */
