@@ -21,6 +21,12 @@ def test_example_notebook_runs(nb_path, ray_cluster, tiny_model):
         for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
     )
     assert "error:" not in text and "Traceback" not in text
+    widgets = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+               if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
     if nb_path.stem == "quickstart":
         assert "succeeded ['epoch-1', 'epoch-2']" in text
-        assert "quickstart-" in text  # %train list shows the job
+        assert "cancelled ['epoch-1'" in text  # cancelled after its first checkpoint
+        assert "-long-resume-1 succeeded" in text
+        assert len(widgets) >= 6  # progress, curves, detail, list, form
+    if nb_path.stem == "datasets":
+        assert text.count("succeeded") == 2 and "arrow/checkpoints" in text
