@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.cleverthis-installed
+# Tools the steps call by name (jupyter-builder, jupyter, ray) come from the project's venv.
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 .PHONY: install demo test lint test-unit test-integration test-js bench clean
 
