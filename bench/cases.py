@@ -1,0 +1,303 @@
+"""The benchmark cases (see bench/__main__.py). Each returns {ours, baseline, ratio, detail, ...}."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+REPEATS = int(os.environ.get("BENCH_REPEATS", "2"))
+
+
+class NotMeasured(Exception):
+    pass
+
+
+def med(xs: list[float]) -> float:
+    return float(statistics.median(xs))
+
+
+class Context:
+    """Shared, lazily built: a private local Ray cluster, a small Llama, long-ish instruction data."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        os.environ["CLEVERTHIS_HOME"] = str(tmp / "home")
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        self._cluster: Any = None
+        self._svc: Any = None
+
+    # -- fixtures ----------------------------------------------------------------------------------------------
+    def data(self, n: int = 400, words: int = 120) -> Path:
+        d = self.tmp / f"data-{n}-{words}"
+        if not d.exists():
+            rng = random.Random(0)
+            vocab = [w for w in "the a river mountain blue green quick slow data model train loss step epoch token "
+                     "cluster node worker batch layer weight value north south light dark stone water".split()]
+            d.mkdir(parents=True)
+            with open(d / "train.jsonl", "w") as f:
+                for _ in range(n):
+                    k = rng.randint(words // 4, words * 2)  # long-tailed lengths
+                    f.write(json.dumps({"instruction": "Continue the text",
+                                        "input": " ".join(rng.choices(vocab, k=8)),
+                                        "output": " ".join(rng.choices(vocab, k=k))}) + "\n")
+            (d / "training_config.json").write_text(json.dumps({"method": "full", "learning_rate": 1e-4,
+                                                                "max_seq_length": 256}))
+        return d
+
+    def model(self, hidden: int = 256, layers: int = 4) -> str:
+        from cleverthis_runtime.tiny import build_tiny_model
+
+        return build_tiny_model(str(self.tmp / f"model-{hidden}-{layers}"), [str(self.data())], hidden=hidden,
+                                layers=layers)
+
+    def service(self) -> Any:
+        if self._svc is None:
+            from jupyter_cleverthis.service.clusters import LocalCluster
+            from jupyter_cleverthis.service.jobs import JobService
+
+            self._cluster = LocalCluster("local", self.tmp / "home")
+            self._cluster.up(num_cpus=2)
+            self._svc = JobService()
+        return self._svc
+
+    def close(self) -> None:
+        if self._cluster is not None:
+            self._cluster.down()
+
+    def run_job(self, name: str, **spec: Any) -> tuple[Any, list[dict[str, Any]], float]:
+        from jupyter_cleverthis.spec import JobSpec
+
+        svc = self.service()
+        t_submit = time.time()
+        svc.create(JobSpec(name=name, **spec), check=False)
+        d = svc.wait("local", name, poll=0.5, timeout=900)
+        if d.status.value != "succeeded":
+            raise NotMeasured(f"job {name} ended {d.status.value}: {d.error}")
+        return d, svc.events("local", name), t_submit
+
+
+# -- P1 ------------------------------------------------------------------------------------------------------------
+def _plain_trainer_tokens_per_s(model_path: str, data: Path, threads: int, batch: int) -> list[float]:
+    """The baseline: transformers Trainer in this process, same model, data, collator and threads."""
+    import torch
+    from datasets import Dataset
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoTokenizer,
+        DataCollatorForSeq2Seq,
+        Trainer,
+        TrainerCallback,
+        TrainingArguments,
+        set_seed,
+    )
+
+    from cleverthis_runtime.data import load_dataset, tokenize_all
+
+    torch.set_num_threads(threads)
+    set_seed(42)
+    tok = AutoTokenizer.from_pretrained(model_path)
+    ds = load_dataset(str(data))
+    rows, _ = tokenize_all(tok, ds.records, ds.format, 256)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    rates: list[float] = []
+
+    class Rate(TrainerCallback):
+        last_t, last_n = 0.0, 0
+
+        def on_train_begin(self, args, state, control, **kw):
+            self.last_t = time.time()
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            now, n = time.time(), int(state.num_input_tokens_seen or 0)
+            rates.append((n - self.last_n) / max(now - self.last_t, 1e-9))
+            self.last_t, self.last_n = now, n
+
+    args = TrainingArguments(output_dir=str(data / "plain-out"), per_device_train_batch_size=batch,
+                             num_train_epochs=1, learning_rate=1e-4, logging_steps=1, save_strategy="no",
+                             report_to="none", use_cpu=True, disable_tqdm=True, seed=42,
+                             dataloader_num_workers=0, remove_unused_columns=False,
+                             include_num_input_tokens_seen="non_padding")
+    Trainer(model=model, args=args, train_dataset=Dataset.from_list(rows),
+            data_collator=DataCollatorForSeq2Seq(tok, padding=True, label_pad_token_id=-100),
+            callbacks=[Rate()]).train()
+    return rates
+
+
+def _steady(rates: list[float], skip: int = 5) -> float:
+    xs = [r for r in rates[skip:] if r]
+    return med(xs) if xs else 0.0
+
+
+def p1(ctx: Context) -> dict[str, Any]:
+    model, data = ctx.model(), ctx.data()
+    ours, base = [], []
+    for k in range(REPEATS):
+        _, evs, _ = ctx.run_job(f"bench-p1-{int(time.time())}-{k}", base_model=model, dataset_path=str(data),
+                                epochs=1, batch_size=8, workers=1, cpus_per_worker=2,
+                                output_dir=str(ctx.tmp / f"ck-p1-{k}"))
+        ours.append(_steady([e.get("tokens_per_s") or 0 for e in evs if e["type"] == "step"]))
+        root = [str(Path(__file__).parents[1])]
+        code = (f"import sys, json; sys.path[:0] = {root!r}; from bench.cases import _plain_trainer_tokens_per_s as f; "
+                f"print('RATES', json.dumps(f({model!r}, __import__('pathlib').Path({str(data)!r}), 2, 8)))")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        rates = json.loads([ln for ln in out.splitlines() if ln.startswith("RATES")][-1][6:])
+        base.append(_steady(rates))
+    o, b = med(ours), med(base)
+    return {"ours": f"{o:,.0f} tok/s", "baseline": f"{b:,.0f} tok/s", "ratio": o / b,
+            "samples": {"ours": ours, "baseline": base},
+            "detail": f"P1: median steady-state (steps 6+) non-padding tokens/s over {REPEATS} alternating runs; "
+                      "small Llama (hidden 256, 4 layers), batch 8, full fine-tune, 2 threads each."}
+
+
+# -- P3 ------------------------------------------------------------------------------------------------------------
+MINIMAL_JOB = textwrap.dedent("""
+    import time
+    import ray.train
+    from ray.train import ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    def loop(cfg):
+        import torch
+        model = torch.nn.Linear(4, 1)
+        model(torch.zeros(1, 4)).sum().backward()
+        print("FIRST_STEP", time.time(), flush=True)
+
+    TorchTrainer(loop, scaling_config=ScalingConfig(num_workers=1, resources_per_worker={"CPU": 2})).fit()
+""")
+
+
+def p3(ctx: Context) -> dict[str, Any]:
+    model, data = ctx.model(hidden=64, layers=2), ctx.data(n=64, words=20)
+    svc = ctx.service()
+    script = ctx.tmp / "minimal_job.py"
+    script.write_text(MINIMAL_JOB)
+    ours, base, phases = [], [], []
+    for k in range(REPEATS):
+        _, evs, t0 = ctx.run_job(f"bench-p3-{int(time.time())}-{k}", base_model=model, dataset_path=str(data),
+                                 epochs=1, batch_size=8, workers=1, cpus_per_worker=2,
+                                 output_dir=str(ctx.tmp / f"ck-p3-{k}"))
+        first = next(e["t"] for e in evs if e["type"] == "step")
+        ours.append(first - t0)
+        marks = {e["phase"]: e["t"] for e in evs if e["type"] == "phase"}
+        phases.append({p: round(marks[p] - t0, 1) for p in ("initializing", "starting_workers", "loading_data",
+                                                           "loading_model", "running") if p in marks}
+                      | {"first_step": round(first - t0, 1)})
+        client = svc.client("local")
+        t1 = time.time()
+        sid = client.submit_job(entrypoint=f"python {script}")
+        while not str(client.get_job_status(sid)).endswith(("SUCCEEDED", "FAILED", "STOPPED")):
+            time.sleep(0.3)
+        logs = client.get_job_logs(sid)
+        line = [ln for ln in logs.splitlines() if "FIRST_STEP" in ln]
+        if not line:
+            raise NotMeasured(f"the minimal job printed no first step: {logs[-500:]}")
+        base.append(float(line[-1].split("FIRST_STEP")[1].split()[0]) - t1)
+    o, b = med(ours), med(base)
+    return {"ours": f"{o:.1f} s", "baseline": f"{b:.1f} s", "ratio": o / b, "breakdown": phases,
+            "detail": "P3: submit to first training step; ours breakdown (seconds after submit): "
+                      + json.dumps(phases[-1])}
+
+
+# -- P4 ------------------------------------------------------------------------------------------------------------
+def p4(ctx: Context) -> dict[str, Any]:
+    from transformers import AutoTokenizer
+
+    from cleverthis_runtime.data import (
+        ensure_chat_template,
+        instruction_to_messages,
+        load_dataset,
+        tokenize_all,
+    )
+
+    tok = AutoTokenizer.from_pretrained(ctx.model())
+    ensure_chat_template(tok)
+    recs = load_dataset(str(ctx.data(n=2000))).records
+    texts = [tok.apply_chat_template(instruction_to_messages(r), tokenize=False) for r in recs]
+    ntok = sum(len(x) for x in tok(texts, add_special_tokens=False)["input_ids"])
+    ours, base = [], []
+    for _ in range(3):
+        t = time.perf_counter()
+        tokenize_all(tok, recs, "instruction", 100_000)
+        ours.append(len(recs) / (time.perf_counter() - t))
+        t = time.perf_counter()
+        tok(texts, add_special_tokens=False)
+        base.append(len(recs) / (time.perf_counter() - t))
+    o, b = med(ours), med(base)
+    return {"ours": f"{o:,.0f} ex/s", "baseline": f"{b:,.0f} ex/s", "ratio": o / b,
+            "detail": f"P4: 2,000 instruction examples ({ntok:,} tokens); ours renders the chat template and masks "
+                      "the prompt tokens; the baseline tokenizes pre-rendered texts in one batched call."}
+
+
+# -- P6 ------------------------------------------------------------------------------------------------------------
+def p6(ctx: Context) -> dict[str, Any]:
+    import math
+
+    from jupyter_cleverthis.service.jobs import downsample
+    from jupyter_cleverthis.widgets.curve import LossCurve  # noqa: F401 - the consumer of these series
+
+    n, points = 100_000, 800
+    rng = random.Random(1)
+    x = [float(i) for i in range(n)]
+    y = [2.5 * math.exp(-i / 30000) + 0.3 + rng.gauss(0, 0.05) for i in range(n)]
+    times = []
+    for _ in range(11):
+        t = time.perf_counter()
+        idx = downsample(x, y, points)
+        times.append((time.perf_counter() - t) * 1000)
+    update = len(json.dumps({"step": [x[i] for i in idx], "loss": [y[i] for i in idx]}))
+    full = len(json.dumps({"step": x, "loss": y}))
+    ratio = update / full
+    ms = med(times)
+    return {"ours": f"{update:,} B, {ms:.1f} ms", "baseline": f"{full:,} B", "ratio": ratio,
+            "met": ratio <= 0.01 and ms <= 20,
+            "detail": f"P6: a 100k-step loss history downsampled to {points} points (MinMaxLTTB) per update: "
+                      f"{ratio:.2%} of a full resend; downsampling median {ms:.1f} ms."}
+
+
+# -- P8 ------------------------------------------------------------------------------------------------------------
+def p8(ctx: Context) -> dict[str, Any]:
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM
+
+    from cleverthis_runtime import checkpoints
+
+    model = AutoModelForCausalLM.from_pretrained(ctx.model(hidden=512, layers=8), dtype=torch.float32)
+    root = ctx.tmp / "p8"
+    ours, base = [], []
+    for k in range(5):
+        t = time.perf_counter()
+        checkpoints.write_checkpoint(str(root), f"epoch-{k}", lambda d: model.save_pretrained(d), {"epoch": k})
+        ours.append(time.perf_counter() - t)
+        raw = root / f"raw-{k}"
+        raw.mkdir(parents=True)
+        t = time.perf_counter()
+        save_file({k2: v.contiguous() for k2, v in model.state_dict().items()}, str(raw / "model.safetensors"))
+        base.append(time.perf_counter() - t)
+    shutil.rmtree(root, ignore_errors=True)
+    o, b = med(ours), med(base)
+    size = sum(p.numel() for p in model.parameters()) * 4 / 1e6
+    return {"ours": f"{o * 1000:.0f} ms", "baseline": f"{b * 1000:.0f} ms", "ratio": o / b,
+            "detail": f"P8: {size:.0f} MB of fp32 weights; ours = save_pretrained into a temp folder + "
+                      "checkpoint.json + fsync + rename; baseline = one safetensors save_file without fsync."}
+
+
+def p2(ctx: Context) -> dict[str, Any]:
+    raise NotMeasured("sequence packing is not implemented yet (issue 3)")
+
+
+def p5(ctx: Context) -> dict[str, Any]:
+    raise NotMeasured("log latency benchmark not written yet")
+
+
+def p7(ctx: Context) -> dict[str, Any]:
+    raise NotMeasured("1,000-job list benchmark not written yet")
