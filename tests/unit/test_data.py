@@ -90,3 +90,23 @@ def test_truncation_is_counted():
     rec = {"instruction": "x" * 50, "output": "y"}
     ex = tokenize_example(_Tok(), rec, INSTRUCTION, 10)
     assert len(ex["input_ids"]) == 10 and ex["truncated"] == 1
+
+
+def test_batched_tokenization_equals_the_per_message_path(tmp_path):
+    from transformers import AutoTokenizer
+
+    from cleverthis_runtime.data import tokenize_all
+    from cleverthis_runtime.tiny import build_tiny_model
+
+    tok = AutoTokenizer.from_pretrained(build_tiny_model(str(tmp_path / "m"), [str(ROOT / "examples/data")]))
+    total_truncated = 0
+    for path in (ROOT / "examples/data", ROOT / "examples/data-chatml"):
+        ds = load_dataset(str(path))
+        fast, truncated = tokenize_all(tok, ds.records, ds.format, 40)
+        slow_all = [tokenize_example(tok, r, ds.format, 40) for r in ds.records]
+        slow = [s for s in slow_all if any(x != -100 for x in s["labels"])]
+        assert [f["input_ids"] for f in fast] == [s["input_ids"] for s in slow]
+        assert [f["labels"] for f in fast] == [s["labels"] for s in slow]
+        assert truncated == sum(s["truncated"] for s in slow_all)
+        total_truncated += truncated
+    assert total_truncated > 0
