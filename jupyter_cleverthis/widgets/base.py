@@ -53,6 +53,8 @@ class JobsWidget(anywidget.AnyWidget):
     interval: float = 2.0
     #: Bytes of log text kept in the front-end (a bounded buffer).
     max_log_chars: int = 200_000
+    #: Events kept in the `events` traitlet.
+    max_events: int = 2_000
 
     def __init__(self, *, service: JobService | None = None, interval: float | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -115,7 +117,9 @@ class JobsWidget(anywidget.AnyWidget):
         new = self.service.events(self.cluster, name, self._since)
         if new:
             self._since = new[-1]["i"]
-            self.events = self.events + [e for e in new if e["type"] in ("step", "epoch", "validation", "checkpoint")]
+            kept = self.events + [e for e in new if e["type"] in ("step", "epoch", "validation", "checkpoint")]
+            # Every change re-sends the whole traitlet: keep the newest points (LossCurve downsamples the rest).
+            self.events = kept[-self.max_events:]
         return d.status.is_terminal()
 
     def _refresh_logs(self, name: str) -> None:
