@@ -4,6 +4,7 @@
            [--epochs 3] [--batch-size 32] [--workers 2] [--wait]          create (the default subcommand)
     %train list | show N [--json] | logs N | cancel N                       manage jobs (all take --cluster)
     %train cluster up | down | list [--json]                                the managed local cluster
+    %train download MODEL [--cluster C] [--revision R] [--json]             pre-fetch a Hub model on every node
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 from .errors import BadRequest, CleverThisError
 from .spec import DEFAULT_BASE_MODEL, DEFAULT_DATASET_PATH, JobStatus
 
-SUBCOMMANDS = ("create", "list", "show", "logs", "cancel", "resume", "cluster")
+SUBCOMMANDS = ("create", "list", "show", "logs", "cancel", "resume", "cluster", "download")
 
 
 class UsageError(CleverThisError):
@@ -89,6 +90,12 @@ def build_parser(prog: str = "cleverthis-train") -> argparse.ArgumentParser:
     cluster_opt(rs)
     rs.add_argument("--epochs", type=_int("--epochs"), default=None, help="default: the epochs that remain")
     rs.add_argument("--new-name", dest="new_name", default=None, help="default: NAME-resume-N")
+
+    dl = sub.add_parser("download", help="pre-fetch a Hugging Face model into the model cache of every node")
+    dl.add_argument("model", help="Hub model id, e.g. meta-llama/Llama-2-7b-hf")
+    cluster_opt(dl)
+    dl.add_argument("--revision", default=None, help="branch, tag or commit (default: main)")
+    dl.add_argument("--json", action="store_true")
 
     cl = sub.add_parser("cluster", help="manage clusters: up, down, list")
     cl.add_argument("action", choices=["up", "down", "list"])
@@ -210,6 +217,20 @@ def detail_text(d: Any) -> str:
     return "\n".join(lines)
 
 
+def download_text(res: dict[str, Any]) -> str:
+    lines = [f"{res.get('model')}: {'cached on every node' if res.get('ok') else 'NOT available on every node'}"]
+    if res.get("error"):
+        lines.append(f"  error: {res['error']}")
+    for n in res.get("nodes") or []:
+        where = f"{n.get('hostname') or '?'} ({n.get('node_ip') or '?'})"
+        if n.get("status") == "error":
+            lines.append(f"  {where}: error: {n.get('error')}")
+        else:
+            size = f", {n['bytes'] / 1e9:.2f} GB" if n.get("bytes") else ""
+            lines.append(f"  {where}: {n['status']} {n.get('path')} ({n.get('seconds')}s{size})")
+    return "\n".join(lines)
+
+
 def execute(a: argparse.Namespace, out: Callable[[str], None], *, service: Any = None) -> Any:
     """Run a parsed command; text goes to `out`. Returns the job detail(s) or cluster list."""
     from .service.clusters import ClusterRegistry, cluster_resources
@@ -254,6 +275,17 @@ def execute(a: argparse.Namespace, out: Callable[[str], None], *, service: Any =
         d = svc.cancel(a.cluster, a.name)
         out(f"[{d.name}] cancel requested ({d.status.value})")
         return d
+    if cmd == "download":
+        def progress(e: dict[str, Any]) -> None:
+            if e["type"] == "download_progress" and e.get("total") and not a.json:
+                out(f"  {e.get('node')}: {e['downloaded'] / 1e9:.2f} / {e['total'] / 1e9:.2f} GB")
+
+        res = svc.download(a.cluster, a.model, revision=a.revision, on_progress=progress)
+        if a.json:
+            out(json.dumps(res, indent=2))
+        else:
+            out(download_text(res))
+        return res
     if cmd == "cluster":
         reg: ClusterRegistry = svc.registry
         if a.action == "up":
@@ -295,6 +327,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     if a.command == "create" and getattr(a, "wait", False):
         return 0 if d.status == JobStatus.SUCCEEDED else 1
+    if a.command == "download":
+        return 0 if d.get("ok") else 1
     return 0
 
 

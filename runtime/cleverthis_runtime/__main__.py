@@ -9,14 +9,16 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
+import uuid
 from typing import Any
 
 from pydantic import ValidationError
 
 from . import checkpoints, events
 from .data import DatasetError, default_checkpoint_dir, load_dataset, read_training_config
-from .spec import JobSpec, format_errors, merge_training_config
+from .spec import JobSpec, TrainingConfig, format_errors, merge_training_config
 from .triage import classify
 
 
@@ -34,6 +36,7 @@ def prepare(spec: JobSpec, job: str) -> dict[str, Any]:
     base_meta = checkpoints.read_meta(spec.base_model) if os.path.isdir(spec.base_model) else None
     checkpoints.claim(ckpt_dir, job, resuming_from=spec.base_model if base_meta else None)
     start_epoch = int(base_meta.get("epoch", 0)) if base_meta else 0
+    original = checkpoints.original_base(spec.base_model) if base_meta else spec.base_model
     events.emit(
         "config",
         training_config=tc.model_dump(),
@@ -42,7 +45,11 @@ def prepare(spec: JobSpec, job: str) -> dict[str, Any]:
         dataset_format=ds.format,
         examples=len(ds.records),
         resumed_from=spec.base_model if base_meta else None,
+        resumed_step=base_meta.get("global_step") if base_meta else None,
+        resumed_partial=bool(base_meta.get("partial")) if base_meta else None,
+        original_base_model=original,
         start_epoch=start_epoch,
+        max_failures=tc.max_failures,
     )
     return {
         "spec": spec.model_dump(mode="json"),
@@ -50,16 +57,28 @@ def prepare(spec: JobSpec, job: str) -> dict[str, Any]:
         "checkpoint_dir": ckpt_dir,
         "job": job,
         "start_epoch": start_epoch,
+        "resume_from": spec.base_model if base_meta else None,
+        "original_base_model": original,
     }
 
 
 def run(spec: JobSpec, job: str) -> None:
+    import ray
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
+    from .control import DriverWatch, JobControl
     from .train import train_loop
 
     loop_config = prepare(spec, job)
+    tc = TrainingConfig.model_validate(loop_config["training_config"])
+    if not ray.is_initialized():
+        ray.init()
+    control = ray.remote(num_cpus=0, max_restarts=0)(JobControl).remote(job)
+    loop_config["control"] = control
+    grace = float(os.environ.get("RAY_JOB_STOP_WAIT_TIME_S", "3"))
+    watch = DriverWatch(control, grace)
+    watch.install()
     resources: dict[str, float] = {"CPU": spec.cpus_per_worker}
     if spec.gpus_per_worker:
         resources["GPU"] = spec.gpus_per_worker
@@ -67,16 +86,22 @@ def run(spec: JobSpec, job: str) -> None:
         train_loop,
         train_loop_config=loop_config,
         scaling_config=ScalingConfig(
-            num_workers=spec.workers, use_gpu=spec.gpus_per_worker > 0, resources_per_worker=resources
+            num_workers=spec.workers, use_gpu=spec.gpus_per_worker > 0, resources_per_worker=resources,
+            placement_strategy=tc.placement_strategy,
         ),
         run_config=RunConfig(
-            name=f"cleverthis-{job}",
+            name=f"cleverthis-{job}-{uuid.uuid4().hex[:8]}",
             storage_path=os.environ.get("CLEVERTHIS_RAY_STORAGE", os.path.expanduser("~/ray_results")),
-            failure_config=FailureConfig(max_failures=0),
+            failure_config=FailureConfig(max_failures=tc.max_failures),
         ),
     )
     events.emit("phase", phase="starting_workers", workers=spec.workers)
-    trainer.fit()
+    try:
+        trainer.fit()
+    finally:
+        if watch.sigterm.is_set():  # a cancel is in progress: its thread prints the outcome and exits
+            time.sleep(grace + 10)
+        watch.done.set()
 
 
 def main() -> int:

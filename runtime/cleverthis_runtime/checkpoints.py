@@ -1,9 +1,13 @@
 """The checkpoint folder: the page's layout, atomic writes, and who owns the folder.
 
 Layout under the checkpoint root (README, "Checkpoints"):
-  epoch-1/, epoch-2/, ...   one per finished epoch (HF safetensors weights + tokenizer, adapter_model/ for LoRA)
+  epoch-1/, epoch-2/, ...   one per finished epoch (HF safetensors weights + tokenizer, adapter_model/ for LoRA,
+                            training_state/ for an exact resume, checkpoint.json)
+  epoch-2-step-37/          a cancel in the middle of epoch 2, after global step 37 (checkpoint.json:
+                            "partial": true); same contents, resumes at that exact position
   epoch-final -> epoch-N    a relative symlink, set when the job finishes its last epoch
-  latest -> epoch-N         a relative symlink, moved after every checkpoint
+  best -> epoch-K           lowest validation loss
+  latest -> ...             a relative symlink, moved after every checkpoint
   .cleverthis-owner.json    the job that writes here
 
 A checkpoint is written to a hidden temporary folder and renamed into place, so a partial checkpoint is
@@ -12,8 +16,11 @@ never visible under its final name.
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
+import re
 import shutil
 import time
 import uuid
@@ -23,7 +30,10 @@ from typing import Any
 
 OWNER_FILE = ".cleverthis-owner.json"
 META_FILE = "checkpoint.json"
-STATE_FILE = "training_state.pt"
+STATE_DIR = "training_state"  # the transformers Trainer's resume files (optimizer, scheduler, RNG, trainer state)
+ADAPTER_DIR = "adapter_model"
+# Tests only: make a checkpoint write fail like a full disk or a denied write, e.g. "epoch-2:ENOSPC".
+FAULT_ENV = "CLEVERTHIS_FAULT_CHECKPOINT"
 
 
 class CheckpointError(RuntimeError):
@@ -48,6 +58,7 @@ def claim(root: str, job: str, *, resuming_from: str | None = None) -> None:
     try:
         r.mkdir(parents=True, exist_ok=True)
         _atomic_write_text(owner_file, json.dumps({"job": job, "claimed_at": time.time()}))
+        cleanup_stale(root)
     except OSError as e:
         raise CheckpointError(f"checkpoint folder {root} is not writable: {e.strerror or e}") from e
 
@@ -83,6 +94,7 @@ def write_checkpoint(root: str, name: str, save: Callable[[Path], None], meta: d
     tmp.mkdir(parents=True)
     try:
         save(tmp)
+        _injected_fault(name, tmp)
         (tmp / META_FILE).write_text(json.dumps({**meta, "name": name, "written_at": time.time()}, indent=2))
         _fsync_tree(tmp)
         final = r / name
@@ -98,6 +110,108 @@ def write_checkpoint(root: str, name: str, save: Callable[[Path], None], meta: d
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return str(final)
+
+
+def _injected_fault(name: str, tmp: Path) -> None:
+    spec = os.environ.get(FAULT_ENV)
+    if not spec:
+        return
+    target, _, kind = spec.partition(":")
+    if target != name:
+        return
+    code = {"ENOSPC": errno.ENOSPC, "EACCES": errno.EACCES, "EROFS": errno.EROFS}.get(kind or "ENOSPC", errno.EIO)
+    raise OSError(code, os.strerror(code), str(tmp / "model.safetensors"))
+
+
+def cleanup_stale(root: str) -> list[str]:
+    """Remove temporary folders left by a writer that was killed mid-write (never visible as checkpoints)."""
+    r = Path(root)
+    removed = []
+    if not r.is_dir():
+        return removed
+    for d in r.iterdir():
+        if d.name.startswith((".tmp-", ".old-")) and d.is_dir() and not d.is_symlink():
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d.name)
+    return removed
+
+
+def partial_name(epoch_in_progress: int, global_step: int) -> str:
+    """The name of a mid-epoch checkpoint: `epoch-2-step-37` = in epoch 2, after global step 37."""
+    return f"epoch-{epoch_in_progress}-step-{global_step}"
+
+
+PARTIAL_RE = re.compile(r"^epoch-(\d+)-step-(\d+)$")
+
+
+def latest_of_job(root: str, job: str) -> dict[str, Any] | None:
+    """The newest complete checkpoint that `job` wrote under root (what a recovery continues from)."""
+    mine = [c for c in list_checkpoints(root) if c.get("job") == job]
+    return mine[-1] if mine else None
+
+
+def original_base(path: str, limit: int = 64) -> str:
+    """The base model a checkpoint lineage started from (a resumed job's base is a checkpoint: follow it)."""
+    cur = path
+    for _ in range(limit):
+        meta = read_meta(cur) if os.path.isdir(cur) else None
+        if meta is None:
+            return cur
+        nxt = meta.get("original_base_model") or meta.get("base_model")
+        if not nxt or os.path.realpath(nxt) == os.path.realpath(cur):
+            return cur
+        cur = nxt
+    return cur
+
+
+# -- the cancel grace -------------------------------------------------------------------------------------------
+WRITE_BYTES_PER_S = 200e6  # a conservative sequential write speed for the checkpoint folder
+GRACE_FLOOR_S = 20
+GRACE_CAP_S = 3600
+
+
+def estimate_parameters(base_model: str) -> float | None:
+    """Parameters of a model from its local config.json, else from a size tag in its name (7b, 8x7B, 1.1B)."""
+    cfg_file = Path(base_model) / "config.json"
+    if cfg_file.is_file():
+        try:
+            cfg = json.loads(cfg_file.read_text())
+            h = int(cfg["hidden_size"])
+            layers = int(cfg["num_hidden_layers"])
+            inter = int(cfg.get("intermediate_size") or 4 * h)
+            vocab = int(cfg.get("vocab_size") or 32000)
+            return float(2 * vocab * h + layers * (4 * h * h + 3 * h * inter))
+        except (ValueError, KeyError, TypeError):
+            pass
+    name = os.path.basename(base_model.rstrip("/")).lower()
+    m = re.search(r"(\d+)x(\d+(?:\.\d+)?)b(?![a-z])", name)
+    if m:
+        return float(m.group(1)) * float(m.group(2)) * 1e9
+    m = re.search(r"(?<![\d.])(\d+(?:\.\d+)?)b(?![a-z])", name)
+    if m:
+        return float(m.group(1)) * 1e9
+    m = re.search(r"(?<![\d.])(\d+(?:\.\d+)?)m(?![a-z])", name)
+    if m:
+        return float(m.group(1)) * 1e6
+    return None
+
+
+def checkpoint_bytes(params: float, method: str | None) -> float:
+    """Bytes one checkpoint writes: fp32 weights (merged, for LoRA) plus, for a full fine-tune, Adam's two
+    fp32 moments (a LoRA optimizer state is small)."""
+    per_param = 4.0 if method in ("lora", "qlora") else 12.0
+    return params * per_param
+
+
+def stop_grace_seconds(base_model: str, method: str | None = None, override: float | None = None) -> int:
+    """RAY_JOB_STOP_WAIT_TIME_S: how long a cancelled job may take to write its checkpoint before Ray
+    SIGKILLs it. Rule: 20 s (finish the current step, print, exit) + 2 x one checkpoint write at 200 MB/s,
+    capped at one hour; the model size comes from its config.json or its name (7B when unknown)."""
+    if override is not None:
+        return int(override)
+    params = estimate_parameters(base_model) or 7e9
+    write_s = checkpoint_bytes(params, method or "lora") / WRITE_BYTES_PER_S
+    return int(min(GRACE_CAP_S, max(GRACE_FLOOR_S, math.ceil(GRACE_FLOOR_S + 2 * write_s))))
 
 
 def _fsync_tree(p: Path) -> None:

@@ -36,10 +36,16 @@ def emit(type_: str, **fields: Any) -> dict[str, Any]:
     with _lock:
         event = {"src": _source or f"pid{os.getpid()}", "seq": next(_counter), "t": round(time.time(), 3), "type": type_}
         event.update(fields)
-        line = PREFIX + json.dumps(event, separators=(",", ":"), default=str)
+        line = to_line(event)
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
     return event
+
+
+def to_line(event: dict[str, Any]) -> str:
+    """The log line of an event (without the newline); printing it again is harmless: parsers keep one
+    copy per (src, seq)."""
+    return PREFIX + json.dumps(event, separators=(",", ":"), default=str)
 
 
 def parse_line(line: str) -> dict[str, Any] | None:

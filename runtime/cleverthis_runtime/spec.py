@@ -100,6 +100,19 @@ class TrainingConfig(_Strict):
     gradient_accumulation_steps: int = Field(1, ge=1, description="Micro-batches per optimizer step")
     seed: int = Field(42, ge=0, description="Random seed")
     logging_steps: int = Field(1, ge=1, description="Emit a step event every N optimizer steps")
+    max_failures: int = Field(
+        2, ge=-1, le=1000,
+        description="Worker failures (a killed worker, a lost node) recovered from the latest checkpoint before "
+                    "the job fails; -1 = no limit, 0 = fail at the first",
+    )
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
+        "PACK", description="Ray placement of the workers: PACK fills a node first, STRICT_SPREAD puts each on its own node"
+    )
+    cancel_grace_s: int | None = Field(
+        None, ge=5, le=86400,
+        description="Seconds a cancelled job may take to write its checkpoint before it is killed; "
+                    "unset = computed from the model size (README, Cancel and resume)",
+    )
 
     @model_validator(mode="after")
     def _contradictions(self) -> TrainingConfig:

@@ -1,7 +1,18 @@
 """The per-worker training loop (Ray Train `train_loop_per_worker`): transformers Trainer + peft.
 
 Per-step metrics travel as structured events printed by rank 0 (not `ray.train.report`, which is a
-throttled barrier); checkpoints are written by rank 0 at each epoch end in the page's layout.
+throttled barrier); checkpoints are written by rank 0 at each epoch end in the page's layout, and at the
+exact step when the job is cancelled mid-epoch.
+
+Exact resume. A checkpoint holds, beside the weights, `training_state/`: the transformers Trainer's own
+resume files (optimizer, LR scheduler, the RNG state of every rank, `trainer_state.json` with the global
+step and epoch). Resuming loads the ORIGINAL base model plus the trainable adapter (LoRA) or the full
+weights, then hands `training_state/` to `Trainer.train(resume_from_checkpoint=...)`, which restores the
+optimizer, scheduler, step and RNG and skips the batches already seen (the data order is seeded per epoch),
+so 1 epoch + resume 1 epoch equals 2 epochs straight. The total number of epochs is the checkpoint's
+completed epochs plus the job's `epochs`. When the effective batch (batch size x workers x accumulation) or
+the number of examples differ from the checkpoint's, the position cannot carry over: the job warm-starts
+from the weights (and says so in a `warning` event).
 """
 
 from __future__ import annotations
@@ -9,19 +20,31 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import socket
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 
 from . import checkpoints, events
+from .control import WorkerControl, is_fatal
 from .data import load_dataset, tokenize_all
 from .plan import Device, make_plan
 from .spec import JobSpec, TrainingConfig
+from .triage import classify
 
 log = logging.getLogger(__name__)
+
+
+# Tests only: slow each step down (numerics unchanged) so that a cancel or a kill lands mid-epoch.
+STEP_DELAY_S = float(os.environ.get("CLEVERTHIS_TEST_STEP_DELAY_S") or 0)
+
+
+class PeerCheckpointError(RuntimeError):
+    """Another rank (rank 0) failed to write the checkpoint; rank 0 reports the cause."""
 
 
 def _devices(torch: Any) -> list[Device]:
@@ -37,49 +60,87 @@ def _devices(torch: Any) -> list[Device]:
 
 
 def train_loop(config: dict[str, Any]) -> None:
+    import ray
     import ray.train
-    import torch
 
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    events.set_source(f"rank{rank}")
-    is_main = rank == 0
-
-    def emit(type_: str, **kw: Any) -> None:
-        if is_main:
-            events.emit(type_, **kw)
-
+    control = WorkerControl(config.get("control"), rank)
+    attempt = control.join()
+    # A restarted worker group counts its events afresh: a new source name keeps (src, seq) unique.
+    events.set_source(f"rank{rank}" if attempt <= 1 else f"rank{rank}-a{attempt}")
+    events.emit("worker", rank=rank, world_size=world, attempt=attempt, pid=os.getpid(),
+                hostname=socket.gethostname(), node_id=ray.get_runtime_context().get_node_id())
     try:
-        _train(config, rank, world, emit, torch)
+        run(config, rank=rank, world=world, control=control, attempt=attempt)
     except Exception as e:
-        events.emit("error", error_type=type(e).__name__, message=str(e), rank=rank)
+        report_error(e, rank, control)
         raise
+    finally:
+        control.close()
 
 
-def _train(config: dict[str, Any], rank: int, world: int, emit: Any, torch: Any) -> None:
-    from transformers import (
-        AutoConfig,
-        AutoModelForCausalLM,
-        AutoTokenizer,
-        DataCollatorForSeq2Seq,
-        Trainer,
-        TrainingArguments,
-        set_seed,
-    )
+def report_error(e: BaseException, rank: int, control: WorkerControl) -> None:
+    """Fatal errors become the job's error (and end the job at once); others are retried by Ray Train."""
+    if isinstance(e, PeerCheckpointError):
+        events.emit("worker_error", rank=rank, error_type=type(e).__name__, message=str(e))
+        return
+    kind, _ = classify(f"{type(e).__name__}: {e}")
+    fatal = is_fatal(e)
+    fields = {"kind": kind, "error_type": type(e).__name__, "message": str(e), "rank": rank, "fatal": fatal,
+              "traceback": traceback.format_exc()[-8000:]}
+    if fatal:
+        ev = events.emit("error", **fields)
+        control.fatal({"kind": kind, "message": str(e), "line": events.to_line(ev)})
+    else:  # Ray Train may restart the workers; the driver reports the error if it gives up
+        events.emit("worker_error", **fields)
 
+
+def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: WorkerControl | None = None,
+        attempt: int = 1) -> dict[str, Any]:
+    """One worker's training (callable without Ray: world 1, no actor). Returns a summary for tests."""
+    import torch
+    from transformers import DataCollatorForSeq2Seq, TrainingArguments, set_seed
+
+    control = control or WorkerControl(None, rank)
     spec = JobSpec.model_validate(config["spec"])
     tc = TrainingConfig.model_validate(config["training_config"])
     ckpt_root: str = config["checkpoint_dir"]
     job: str = config["job"]
-    start_epoch: int = int(config.get("start_epoch", 0))
-    threads = max(1, int(spec.cpus_per_worker))
-    torch.set_num_threads(threads)
+    is_main = rank == 0
+
+    def emit(type_: str, **kw: Any) -> dict[str, Any] | None:
+        return events.emit(type_, **kw) if is_main else None
+
+    torch.set_num_threads(max(1, int(spec.cpus_per_worker)))
     set_seed(tc.seed)
+    if is_main:
+        control.start_polling()
+
+    source: str | None = config.get("resume_from")
+    if attempt > 1:
+        source = _recovery_source(ckpt_root, job, source, rank, world, torch, emit, attempt, tc.max_failures)
+    meta = checkpoints.read_meta(source) if source else None
+    orig_base = config.get("original_base_model") or (
+        checkpoints.original_base(spec.base_model) if meta else spec.base_model)
 
     emit("phase", phase="loading_data")
     ds = load_dataset(spec.dataset_path)
-    emit("phase", phase="loading_model", model=spec.base_model)
-    tokenizer = AutoTokenizer.from_pretrained(spec.base_model)
+    from .download import cached_snapshot, ensure_model, is_hub_id
+
+    base_path = None
+    if source is None:
+        # The base must be on this node: a local path, the cache, or a download (with progress events).
+        base_path = ensure_model(orig_base, emit)
+    elif (meta or {}).get("adapter"):
+        # A LoRA resume uses the original base when this node has it, and never downloads it: otherwise the
+        # base is recovered from the checkpoint's merged weights.
+        base_path = cached_snapshot(orig_base) if is_hub_id(orig_base) else orig_base
+    tok_path = source if source and os.path.exists(os.path.join(source, "tokenizer_config.json")) else base_path
+    emit("phase", phase="loading_model", model=source or orig_base, base_model=orig_base)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tok_path or source)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     train_rows, truncated = tokenize_all(tokenizer, ds.records, ds.format, tc.max_seq_length)
@@ -87,44 +148,39 @@ def _train(config: dict[str, Any], rank: int, world: int, emit: Any, torch: Any)
     if not val_rows and tc.validation_split > 0:
         n_val = max(1, int(len(train_rows) * tc.validation_split))
         val_rows, train_rows = train_rows[:n_val], train_rows[n_val:]
-    emit(
-        "dataset",
-        format=ds.format,
-        examples=len(train_rows),
-        validation_examples=len(val_rows),
-        truncated=truncated,
-        max_seq_length=tc.max_seq_length,
-    )
+    emit("dataset", format=ds.format, examples=len(train_rows), validation_examples=len(val_rows),
+         truncated=truncated, max_seq_length=tc.max_seq_length)
 
-    if spec.job_type == "train":
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(spec.base_model))
-    else:
-        model = AutoModelForCausalLM.from_pretrained(spec.base_model, dtype=torch.float32)
+    total_batch = spec.batch_size * world * tc.gradient_accumulation_steps
+    resume = _resume_mode(source, meta, total_batch, len(train_rows), emit)
+    if meta and meta.get("method"):
+        tc = tc.model_copy(update={"method": "lora" if meta.get("adapter") else "full"})
+
+    model, base_how = _load_model(spec, tc, source, meta, orig_base, base_path, torch)
     params = float(sum(p.numel() for p in model.parameters()))
     plan = make_plan(params=params, devices=_devices(torch), workers=world, config=tc)
     emit("plan", **plan.as_dict(), parameters=params)
-
-    if plan.method in ("lora", "qlora"):
+    if source is None and plan.method in ("lora", "qlora"):
         from peft import LoraConfig, get_peft_model
 
-        model = get_peft_model(
-            model,
-            LoraConfig(
-                r=tc.lora_r,
-                lora_alpha=tc.effective_lora_alpha,
-                lora_dropout=tc.lora_dropout,
-                target_modules=tc.target_modules,
-                task_type="CAUSAL_LM",
-            ),
-        )
+        model = get_peft_model(model, LoraConfig(
+            r=tc.lora_r, lora_alpha=tc.effective_lora_alpha, lora_dropout=tc.lora_dropout,
+            target_modules=tc.target_modules, task_type="CAUSAL_LM",
+        ))
+    completed = int(meta.get("epoch", 0)) if meta else 0
+    if source:
+        emit("resume", checkpoint=source, exact=resume == "exact", completed_epochs=completed,
+             global_step=(meta or {}).get("global_step"), partial=bool((meta or {}).get("partial")),
+             base_model=orig_base, base_loaded=base_how)
 
     use_gpu = spec.gpus_per_worker > 0 and torch.cuda.is_available()
+    total_epochs = completed + spec.epochs if resume == "exact" else spec.epochs
     workdir = tempfile.mkdtemp(prefix=f"cleverthis-{job}-")
     args = TrainingArguments(
         output_dir=workdir,
         per_device_train_batch_size=spec.batch_size,
         per_device_eval_batch_size=spec.batch_size,
-        num_train_epochs=spec.epochs,
+        num_train_epochs=total_epochs,
         learning_rate=tc.learning_rate,
         lr_scheduler_type=tc.lr_scheduler,
         warmup_steps=tc.warmup_ratio,  # a float < 1 is a ratio of the total steps in transformers 5
@@ -149,17 +205,17 @@ def _train(config: dict[str, Any], rank: int, world: int, emit: Any, torch: Any)
 
     from datasets import Dataset as HFDataset
 
+    exact = resume == "exact"
     callback = _EventsAndCheckpoints(
-        emit=emit,
-        rank=rank,
-        tokenizer=tokenizer,
-        ckpt_root=ckpt_root,
-        job=job,
-        start_epoch=start_epoch,
-        meta={"job": job, "method": plan.method, "base_model": spec.base_model},
-        torch=torch,
+        emit=emit, rank=rank, world=world, tokenizer=tokenizer, ckpt_root=ckpt_root, job=job,
+        epoch_offset=0 if exact or not meta else completed,
+        step_offset=0 if exact or not meta else int(meta.get("global_step", 0)),
+        meta={"job": job, "method": plan.method, "base_model": orig_base, "resumed_from": source,
+              "total_batch": total_batch, "world_size": world, "examples": len(train_rows), "seed": tc.seed,
+              "planned_epochs": (completed if not exact and meta else 0) + total_epochs},
+        control=control, torch=torch,
     )
-    trainer = Trainer(
+    trainer = _trainer_class()(
         model=model,
         args=args,
         train_dataset=HFDataset.from_list(train_rows),
@@ -168,40 +224,159 @@ def _train(config: dict[str, Any], rank: int, world: int, emit: Any, torch: Any)
         callbacks=[callback],
     )
     callback.trainer = trainer
-    trainer.train()
-    if rank == 0 and callback.last_epoch_dir:
+    state_dir = os.path.join(source, checkpoints.STATE_DIR) if exact and source else None
+    trainer.train(resume_from_checkpoint=state_dir)
+
+    finished = not callback.stopped and callback.last_epoch == callback.meta["planned_epochs"]
+    if is_main and finished and callback.last_epoch_dir:
         checkpoints.point(ckpt_root, "epoch-final", os.path.basename(callback.last_epoch_dir))
         emit("checkpoint", name="epoch-final", path=os.path.join(ckpt_root, "epoch-final"),
              target=callback.last_epoch_dir, epoch=callback.last_epoch)
-        if callback.best:
-            checkpoints.point(ckpt_root, "best", os.path.basename(callback.best[1]))
-            emit("checkpoint", name="best", path=os.path.join(ckpt_root, "best"), target=callback.best[1],
-                 eval_loss=callback.best[0])
+    if is_main and callback.best:
+        checkpoints.point(ckpt_root, "best", os.path.basename(callback.best[1]))
+        emit("checkpoint", name="best", path=os.path.join(ckpt_root, "best"), target=callback.best[1],
+             eval_loss=callback.best[0])
     if torch.distributed.is_initialized():
         torch.distributed.barrier()
-    emit("phase", phase="training_done")
+    if is_main:
+        control.set_phase("done")
+    emit("phase", phase="cancel_checkpoint_written" if callback.stopped else "training_done")
+    return {"stopped": callback.stopped, "last_checkpoint": callback.last_path, "resume": resume,
+            "global_step": trainer.state.global_step}
+
+
+def _trainer_class() -> Any:
+    from transformers import Trainer
+
+    class _Trainer(Trainer):
+        """The weights were loaded before (base + trainable adapter, or the full weights); a resume only
+        restores optimizer, scheduler, RNG, step and data position from `training_state/`."""
+
+        def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+            return None
+
+    return _Trainer
+
+
+def _recovery_source(ckpt_root: str, job: str, original: str | None, rank: int, world: int, torch: Any,
+                     emit: Any, attempt: int, max_failures: int) -> str | None:
+    """After a worker failure: continue from the newest checkpoint this job wrote (else from its start)."""
+    choice = None
+    if rank == 0:
+        removed = checkpoints.cleanup_stale(ckpt_root)
+        latest = checkpoints.latest_of_job(ckpt_root, job)
+        choice = latest["path"] if latest else original
+        emit("recovery", attempt=attempt, max_failures=max_failures, checkpoint=choice,
+             checkpoint_name=os.path.basename(choice) if choice else None,
+             global_step=(latest or {}).get("global_step", 0), removed_partial_writes=removed,
+             message=(f"a worker failed; the workers restarted (attempt {attempt}) and continue from "
+                      f"{os.path.basename(choice) if latest else (choice or 'the start')}"))
+    dist = torch.distributed
+    if world > 1 and dist.is_initialized():
+        box = [choice]
+        dist.broadcast_object_list(box, src=0)
+        choice = box[0]
+    return choice
+
+
+def _resume_mode(source: str | None, meta: dict[str, Any] | None, total_batch: int, examples: int,
+                 emit: Any) -> str | None:
+    if not source or meta is None:
+        return None
+    state = os.path.join(source, checkpoints.STATE_DIR, "trainer_state.json")
+    reasons = []
+    if not os.path.exists(state):
+        reasons.append("the checkpoint has no training state (written by an older runtime)")
+    if meta.get("total_batch") not in (None, total_batch):
+        reasons.append(f"the effective batch changed ({meta.get('total_batch')} -> {total_batch}: batch size x "
+                       "workers x gradient accumulation)")
+    if meta.get("examples") not in (None, examples):
+        reasons.append(f"the number of training examples changed ({meta.get('examples')} -> {examples})")
+    if meta.get("total_batch") is None and os.path.exists(state):
+        reasons.append("the checkpoint does not record its effective batch")
+    if reasons:
+        emit("warning", message="resuming from the weights only, without the optimizer state and the data "
+                                "position: " + "; ".join(reasons), checkpoint=source)
+        return "weights"
+    return "exact"
+
+
+def _load_model(spec: JobSpec, tc: TrainingConfig, source: str | None, meta: dict[str, Any] | None,
+                orig_base: str, base_path: str | None, torch: Any) -> tuple[Any, str | None]:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if source is None:
+        if spec.job_type == "train":
+            return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(base_path or orig_base)), None
+        return AutoModelForCausalLM.from_pretrained(base_path or orig_base, dtype=torch.float32), None
+    if not (meta or {}).get("adapter"):
+        return AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32), None
+    from peft import PeftModel
+
+    adapter = os.path.join(source, checkpoints.ADAPTER_DIR)
+    if base_path and os.path.exists(os.path.join(base_path, "config.json")):
+        base = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+        return PeftModel.from_pretrained(base, adapter, is_trainable=True), "original"
+    # The original base is not on this node (and may not be downloaded): the checkpoint's merged weights
+    # minus the adapter's delta are the base again (peft's unmerge).
+    from peft.tuners.lora import LoraLayer
+
+    merged = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    model = PeftModel.from_pretrained(merged, adapter, is_trainable=True)
+    for module in model.modules():
+        if isinstance(module, LoraLayer):
+            module.merged_adapters = list(module.active_adapters)
+            module.unmerge()
+    return model, "unmerged_from_checkpoint"
+
+
+def _rng_state(torch: Any) -> dict[str, Any]:
+    """The transformers Trainer's RNG file format (`rng_state.pth`)."""
+    import random
+
+    import numpy as np
+
+    st: dict[str, Any] = {"python": random.getstate(), "numpy": np.random.get_state(),
+                          "cpu": torch.random.get_rng_state()}
+    if torch.cuda.is_available():
+        st["cuda"] = torch.cuda.random.get_rng_state_all() if torch.distributed.is_initialized() \
+            else torch.cuda.random.get_rng_state()
+    return st
 
 
 class _EventsAndCheckpoints(TrainerCallback):
-    """A TrainerCallback emitting step/epoch events and writing epoch checkpoints."""
+    """A TrainerCallback emitting step/epoch events, writing epoch checkpoints and the cancel checkpoint."""
 
-    def __init__(self, *, emit: Any, rank: int, tokenizer: Any, ckpt_root: str, job: str, start_epoch: int,
-                 meta: dict[str, Any], torch: Any) -> None:
-        self.emit, self.rank, self.tokenizer = emit, rank, tokenizer
-        self.ckpt_root, self.job, self.start_epoch, self.meta, self.torch = ckpt_root, job, start_epoch, meta, torch
+    def __init__(self, *, emit: Any, rank: int, world: int, tokenizer: Any, ckpt_root: str, job: str,
+                 epoch_offset: int, step_offset: int, meta: dict[str, Any], control: WorkerControl,
+                 torch: Any) -> None:
+        self.emit, self.rank, self.world, self.tokenizer = emit, rank, world, tokenizer
+        self.ckpt_root, self.job, self.meta, self.torch = ckpt_root, job, meta, torch
+        self.epoch_offset, self.step_offset, self.control = epoch_offset, step_offset, control
         self.trainer: Any = None
         self.t0 = time.time()
         self.last_t, self.last_tokens, self.last_step = self.t0, 0, 0
+        self.first_step: int | None = None
         self.last_epoch_dir: str | None = None
+        self.last_path: str | None = None
         self.last_epoch = 0
         self.last_loss: float | None = None
         self.eval_loss: float | None = None
-        self.best: tuple[float, str] | None = None
+        self.best: tuple[float, str] | None = _existing_best(ckpt_root)
+        self.stop_pending = False
+        self.stopped = False
 
+    # -- events ---------------------------------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         self.t0 = self.last_t = time.time()
-        self.emit("phase", phase="running", total_steps=state.max_steps, epochs=args.num_train_epochs,
-                  start_epoch=self.start_epoch)
+        self.first_step = state.global_step
+        self.last_tokens = int(state.num_input_tokens_seen or 0)
+        self.last_epoch = self.epoch_offset + int(float(state.epoch or 0) + 1e-6)
+        if self.rank == 0:
+            self.control.set_phase("training")
+        self.emit("phase", phase="running", total_steps=self.step_offset + state.max_steps,
+                  epochs=self.epoch_offset + args.num_train_epochs, start_epoch=self.last_epoch,
+                  start_step=self.step_offset + state.global_step)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any) -> None:
         logs = logs or {}
@@ -214,80 +389,165 @@ class _EventsAndCheckpoints(TrainerCallback):
         tokens = int(state.num_input_tokens_seen or 0)
         dt = max(now - self.last_t, 1e-9)
         tps = (tokens - self.last_tokens) / dt if tokens else None
-        steps_done = state.global_step
-        rate = (now - self.t0) / max(steps_done, 1)
+        done_here = max(state.global_step - (self.first_step or 0), 1)
+        rate = (now - self.t0) / done_here
         self.last_loss = float(logs["loss"])
         self.emit(
             "step",
-            step=steps_done,
-            total_steps=state.max_steps,
-            epoch=self.start_epoch + float(state.epoch or 0),
+            step=self.step_offset + state.global_step,
+            total_steps=self.step_offset + state.max_steps,
+            epoch=self.epoch_offset + float(state.epoch or 0),
             loss=self.last_loss,
             learning_rate=float(logs.get("learning_rate", 0.0)),
             grad_norm=float(logs["grad_norm"]) if logs.get("grad_norm") is not None else None,
             tokens_per_s=round(tps, 1) if tps is not None else None,
-            eta_s=round(rate * (state.max_steps - steps_done), 1),
+            eta_s=round(rate * (state.max_steps - state.global_step), 1),
         )
-        self.last_t, self.last_tokens, self.last_step = now, tokens, steps_done
+        self.last_t, self.last_tokens, self.last_step = now, tokens, state.global_step
 
-    def on_evaluate(self, args: Any, state: Any, control: Any, metrics: dict[str, Any] | None = None, **kw: Any) -> None:
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if STEP_DELAY_S:
+            time.sleep(STEP_DELAY_S)
+        if self.stopped or not self._stop_agreed():
+            return
+        if abs(float(state.epoch or 0) - round(float(state.epoch or 0))) < 1e-6:
+            self.stop_pending = True  # the epoch's own checkpoint (written next) is the cancel checkpoint
+            return
+        path, ev = self._checkpoint(state, partial=True)
+        self._finish_stop(control, path, ev)
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, metrics: dict[str, Any] | None = None,
+                    **kw: Any) -> None:
+        if self.stopped:
+            return
         if metrics and "eval_loss" in metrics:
             self.eval_loss = float(metrics["eval_loss"])
-            self.emit("validation", epoch=self.start_epoch + round(state.epoch or 0), eval_loss=self.eval_loss)
-            self._maybe_save(state, after_eval=True)
+            self.emit("validation", epoch=self.epoch_offset + round(state.epoch or 0), eval_loss=self.eval_loss)
+            self._maybe_save(state, control)
 
     def on_epoch_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-        epoch = self.start_epoch + round(state.epoch or 0)
-        self.emit("epoch", epoch=epoch, step=state.global_step, train_loss=self.last_loss,
+        if self.stopped:  # a mid-epoch cancel breaks the loop: no epoch checkpoint, no evaluation
+            control.should_evaluate = False
+            return
+        epoch = self.epoch_offset + round(state.epoch or 0)
+        self.emit("epoch", epoch=epoch, step=self.step_offset + state.global_step, train_loss=self.last_loss,
                   elapsed_s=round(time.time() - self.t0, 2))
         if args.eval_strategy == "no" or str(args.eval_strategy) == "IntervalStrategy.NO":
-            self._maybe_save(state, after_eval=False)
+            self._maybe_save(state, control)
         # With validation, Trainer evaluates after on_epoch_end; the checkpoint waits for eval_loss.
 
-    def _maybe_save(self, state: Any, after_eval: bool) -> None:
-        epoch = self.start_epoch + round(state.epoch or 0)
-        if epoch == self.last_epoch:
-            return
+    # -- stop -----------------------------------------------------------------------------------------------
+    def _stop_agreed(self) -> bool:
+        """Rank 0's view of the stop flag, the same on every rank (one tiny broadcast per step)."""
+        flag = self.control.stop_requested() if self.rank == 0 else False
         dist = self.torch.distributed
-        if self.rank == 0:
-            self._save(epoch, state)
-        if dist.is_initialized():
-            dist.barrier()
+        if self.world > 1 and dist.is_initialized():
+            dev = "cuda" if dist.get_backend() == "nccl" else "cpu"
+            t = self.torch.tensor([1 if flag else 0], dtype=self.torch.int32, device=dev)
+            dist.broadcast(t, src=0)
+            flag = bool(t.item())
+        return flag
 
-    def _save(self, epoch: int, state: Any) -> None:
-        trainer = self.trainer
+    def _finish_stop(self, control: Any, path: str | None, ev: dict[str, Any] | None) -> None:
+        self.stopped = True
+        control.should_training_stop = True
+        if self.rank == 0:
+            self.control.acknowledge({"path": path, "line": events.to_line(ev) if ev else None})
+
+    # -- checkpoints ----------------------------------------------------------------------------------------
+    def _maybe_save(self, state: Any, control: Any) -> None:
+        epoch = self.epoch_offset + round(state.epoch or 0)
+        if epoch == self.last_epoch and self.last_epoch_dir is not None:
+            return
+        path, ev = self._checkpoint(state, partial=False)
+        if self.stop_pending:
+            self._finish_stop(control, path, ev)
+
+    def _checkpoint(self, state: Any, *, partial: bool) -> tuple[str | None, dict[str, Any] | None]:
+        """Collective: every rank sends its RNG state; rank 0 writes; every rank learns whether it worked."""
+        torch, dist = self.torch, self.torch.distributed
+        rngs = [_rng_state(torch)]
+        multi = self.world > 1 and dist.is_initialized()
+        if multi:
+            gathered: list[Any] = [None] * self.world if self.rank == 0 else []
+            dist.gather_object(rngs[0], gathered if self.rank == 0 else None, dst=0)
+            rngs = gathered
+        path = ev = None
+        err: BaseException | None = None
+        if self.rank == 0:
+            try:
+                path, ev = self._write(state, rngs, partial)
+            except BaseException as e:  # noqa: BLE001 - shared with the other ranks, then raised
+                err = e
+        if multi:
+            box = [err is None]
+            dist.broadcast_object_list(box, src=0)
+            if not box[0] and self.rank != 0:
+                raise PeerCheckpointError("rank 0 could not write the checkpoint")
+        if err is not None:
+            raise err
+        return path, ev
+
+    def _write(self, state: Any, rngs: list[Any], partial: bool) -> tuple[str, dict[str, Any] | None]:
+        trainer, torch = self.trainer, self.torch
         model = trainer.model
         tokenizer = self.tokenizer
-        name = f"epoch-{epoch}"
+        completed = self.epoch_offset + int(float(state.epoch or 0) + 1e-6)
+        step = self.step_offset + state.global_step
+        name = checkpoints.partial_name(completed + 1, step) if partial else f"epoch-{completed}"
         is_peft = hasattr(model, "peft_config")
+        world = self.world
 
         def save(tmp: Path) -> None:
             if is_peft:
-                model.save_pretrained(tmp / "adapter_model", safe_serialization=True)
+                model.save_pretrained(tmp / checkpoints.ADAPTER_DIR, safe_serialization=True)
                 merged = copy.deepcopy(model).merge_and_unload()
                 merged.save_pretrained(tmp, safe_serialization=True)
                 del merged
             else:
                 model.save_pretrained(tmp, safe_serialization=True)
             tokenizer.save_pretrained(tmp)
-            state_dict = {
-                "global_step": state.global_step,
-                "epoch": epoch,
-                "optimizer": trainer.optimizer.state_dict() if trainer.optimizer is not None else None,
-                "lr_scheduler": trainer.lr_scheduler.state_dict() if trainer.lr_scheduler is not None else None,
-                "torch_rng": self.torch.get_rng_state(),
-            }
-            self.torch.save(state_dict, tmp / checkpoints.STATE_FILE)
+            st = tmp / checkpoints.STATE_DIR
+            st.mkdir()
+            if trainer.optimizer is not None:
+                torch.save(trainer.optimizer.state_dict(), st / "optimizer.pt")
+            if trainer.lr_scheduler is not None:
+                torch.save(trainer.lr_scheduler.state_dict(), st / "scheduler.pt")
+            scaler = getattr(trainer.accelerator, "scaler", None)
+            if scaler is not None:
+                torch.save(scaler.state_dict(), st / "scaler.pt")
+            for i, r in enumerate(rngs):
+                torch.save(r, st / ("rng_state.pth" if world <= 1 else f"rng_state_{i}.pth"))
+            trainer.state.save_to_json(str(st / "trainer_state.json"))
 
-        meta = {**self.meta, "epoch": epoch, "global_step": state.global_step, "train_loss": self.last_loss,
-                "eval_loss": self.eval_loss, "adapter": is_peft}
-        path = checkpoints.write_checkpoint(self.ckpt_root, name, save, meta)
-        checkpoints.point(self.ckpt_root, "latest", name)
-        self.last_epoch_dir, self.last_epoch = path, epoch
-        if self.eval_loss is not None and (self.best is None or self.eval_loss < self.best[0]):
-            self.best = (self.eval_loss, path)
-        self.emit("checkpoint", name=name, path=path, epoch=epoch, step=state.global_step,
-                  train_loss=self.last_loss, eval_loss=self.eval_loss,
-                  adapter_path=str(Path(path) / "adapter_model") if is_peft else None)
+        meta = {**self.meta, "epoch": completed, "global_step": step, "partial": partial,
+                "epoch_progress": round(self.epoch_offset + float(state.epoch or 0), 6),
+                "train_loss": self.last_loss, "eval_loss": None if partial else self.eval_loss,
+                "adapter": is_peft}
+        try:
+            path = checkpoints.write_checkpoint(self.ckpt_root, name, save, meta)
+            checkpoints.point(self.ckpt_root, "latest", name)
+        except OSError as e:
+            latest = checkpoints.latest_of_job(self.ckpt_root, self.job) or {}
+            raise checkpoints.CheckpointError(
+                f"cannot write checkpoint {name} in checkpoint folder {self.ckpt_root}: "
+                f"[Errno {e.errno}] {e.strerror or e}"
+                + (f"; earlier checkpoints are intact (latest: {latest.get('name')})" if latest.get("name") else "")
+            ) from e
+        self.last_path = path
+        if not partial:
+            self.last_epoch_dir, self.last_epoch = path, completed
+            if self.eval_loss is not None and (self.best is None or self.eval_loss < self.best[0]):
+                self.best = (self.eval_loss, path)
+        ev = self.emit("checkpoint", name=name, path=path, epoch=completed, step=step, partial=partial,
+                       train_loss=self.last_loss, eval_loss=meta["eval_loss"], base_model=self.meta["base_model"],
+                       adapter_path=str(Path(path) / checkpoints.ADAPTER_DIR) if is_peft else None)
+        return path, ev
 
 
+def _existing_best(root: str) -> tuple[float, str] | None:
+    link = os.path.join(root, "best")
+    meta = checkpoints.read_meta(link) if os.path.isdir(link) else None
+    if meta and meta.get("eval_loss") is not None:
+        return float(meta["eval_loss"]), os.path.realpath(link)
+    return None

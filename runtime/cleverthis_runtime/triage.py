@@ -12,6 +12,11 @@ RULES: list[tuple[str, tuple[str, ...], str]] = [
     ("disk_full", (r"No space left on device", r"ENOSPC", r"Disk quota exceeded"),
      "A node ran out of disk while writing. Free space under the checkpoint folder (or set output_dir "
      "elsewhere); earlier checkpoints are intact."),
+    ("permission_denied", (r"Permission denied", r"EACCES", r"Read-only file system", r"EROFS",
+                           r"Operation not permitted"),
+     "A node was refused access to a path (permissions, or a read-only mount). Make it accessible to the user "
+     "that runs Ray on every node (for a failed checkpoint write: the checkpoint folder, or set output_dir "
+     "elsewhere); earlier checkpoints are intact."),
     ("gated_model", (r"GatedRepoError", r"gated repo", r"401 Client Error", r"Access to model .* is restricted"),
      "The model is gated or needs authentication: accept its licence on the Hub and set HF_TOKEN on the "
      "cluster nodes (or pre-fetch it with `%train download`)."),

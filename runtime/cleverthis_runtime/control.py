@@ -1,0 +1,240 @@
+"""Cancel, recovery and fatal errors: the driver and the training workers talk through one small Ray actor.
+
+Cancel: Ray's `stop_job` sends SIGTERM to the driver (`python -m cleverthis_runtime`) and SIGKILLs it after
+`RAY_JOB_STOP_WAIT_TIME_S`. The workers are Ray actors outside the driver's process group, so the driver's
+SIGTERM handler asks the `JobControl` actor to stop; rank 0 polls it (a background thread, every 0.5 s), the
+training callback sees the flag at the next step end, every rank agrees on it (one broadcast per step when
+there is more than one worker), the checkpoint of the exact position is written, rank 0 acknowledges with
+the checkpoint's event, and the driver prints that event and exits. The job ends `cancelled` (Ray `STOPPED`).
+
+Recovery: each rank counts its starts here (`join`), so a restarted worker group knows it is a retry.
+
+Fatal errors (disk full, permission denied, a vanished dataset...): retrying cannot help, so the failing
+rank records the error here and the driver exits at once with that classified error, instead of letting
+Ray Train restart the workers `max_failures` times.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from . import events
+
+POLL_S = 0.5
+
+
+class JobControl:
+    """The actor (created by the driver with `ray.remote(num_cpus=0)`); plain state, cheap calls."""
+
+    def __init__(self, job: str) -> None:
+        self.job = job
+        self.stop: dict[str, Any] | None = None
+        self.phase = "starting"
+        self.joins: dict[int, int] = {}
+        self.ack: dict[str, Any] | None = None
+        self.fatal: dict[str, Any] | None = None
+
+    def join(self, rank: int) -> int:
+        """A worker of `rank` starts; returns its attempt number (1, then 2 after a recovery...)."""
+        self.joins[rank] = self.joins.get(rank, 0) + 1
+        if rank == 0:
+            self.phase = "starting"
+        return self.joins[rank]
+
+    def request_stop(self, reason: str = "cancel") -> dict[str, Any]:
+        if self.stop is None:
+            self.stop = {"reason": reason, "t": time.time()}
+        return self.snapshot()
+
+    def stop_requested(self) -> bool:
+        return self.stop is not None
+
+    def set_phase(self, phase: str) -> None:
+        self.phase = phase
+
+    def acknowledge(self, info: dict[str, Any]) -> None:
+        self.ack = info
+
+    def set_fatal(self, info: dict[str, Any]) -> None:
+        if self.fatal is None:
+            self.fatal = info
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"job": self.job, "stop": self.stop, "phase": self.phase, "attempts": dict(self.joins),
+                "ack": self.ack, "fatal": self.fatal}
+
+
+class WorkerControl:
+    """A worker's side of the actor (or a stand-in when there is no actor: `handle=None`)."""
+
+    def __init__(self, handle: Any, rank: int) -> None:
+        self.handle, self.rank = handle, rank
+        self._stop = threading.Event()
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _call(self, method: str, *args: Any, timeout: float = 30.0) -> Any:
+        if self.handle is None:
+            return None
+        import ray
+
+        return ray.get(getattr(self.handle, method).remote(*args), timeout=timeout)
+
+    def join(self) -> int:
+        try:
+            return int(self._call("join", self.rank) or 1)
+        except Exception:  # the actor is gone (driver exiting): act as a first start
+            return 1
+
+    def start_polling(self) -> None:
+        """Rank 0 polls the stop flag in the background, so a step end only reads a local flag."""
+        if self.handle is None or self._thread is not None:
+            return
+
+        def poll() -> None:
+            while not self._closed.wait(POLL_S):
+                try:
+                    if self._call("stop_requested", timeout=10):
+                        self._stop.set()
+                        return
+                except Exception:  # driver gone or busy: keep training, Ray ends us if the job ends
+                    continue
+
+        self._thread = threading.Thread(target=poll, name="cleverthis-stop-poll", daemon=True)
+        self._thread.start()
+
+    def stop_requested(self) -> bool:
+        return self._stop.is_set()
+
+    def request_stop_locally(self) -> None:
+        """Used without an actor (tests of the training loop run in one process)."""
+        self._stop.set()
+
+    def set_phase(self, phase: str) -> None:
+        self._quiet("set_phase", phase)
+
+    def acknowledge(self, info: dict[str, Any]) -> None:
+        self._quiet("acknowledge", info)
+
+    def fatal(self, info: dict[str, Any]) -> None:
+        self._quiet("set_fatal", info)
+
+    def _quiet(self, method: str, *args: Any) -> None:
+        try:
+            self._call(method, *args)
+        except Exception:
+            pass
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+def is_fatal(exc: BaseException) -> bool:
+    """Errors that a restart from the last checkpoint would only repeat."""
+    import errno
+
+    from .triage import classify
+
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, OSError) and cur.errno in (errno.ENOSPC, errno.EACCES, errno.EPERM, errno.EROFS,
+                                                       errno.EDQUOT):
+            return True
+        if type(cur).__name__ in ("CheckpointError", "DatasetError", "ValidationError"):
+            return True
+        cur = cur.__cause__ or cur.__context__
+    kind, _ = classify(f"{type(exc).__name__}: {exc}")
+    return kind in FATAL_KINDS
+
+
+FATAL_KINDS = {"disk_full", "permission_denied", "dataset", "spec", "checkpoint", "out_of_memory", "gated_model",
+               "model_not_cached"}
+
+
+class DriverWatch:
+    """The driver's side: SIGTERM -> ask rank 0 for a checkpoint, wait for it, exit; a fatal error -> exit."""
+
+    def __init__(self, handle: Any, grace_s: float) -> None:
+        self.handle = handle
+        self.grace_s = grace_s
+        self.sigterm = threading.Event()
+        self.done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cleverthis-driver-watch", daemon=True)
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        self._thread.start()
+
+    def _on_signal(self, signum: int, frame: Any) -> None:  # only sets a flag: the thread does the work
+        self.sigterm.set()
+
+    def snapshot(self) -> dict[str, Any] | None:
+        import ray
+
+        try:
+            return ray.get(self.handle.snapshot.remote(), timeout=10)
+        except Exception:
+            return None
+
+    def _run(self) -> None:
+        while not self.done.is_set():
+            if self.sigterm.wait(POLL_S):
+                break
+            snap = self.snapshot()
+            if snap and snap.get("fatal"):
+                self._exit_fatal(snap["fatal"])
+                return
+        if self.done.is_set():
+            return
+        self._cancel()
+
+    def _exit_fatal(self, info: dict[str, Any]) -> None:
+        line = info.get("line")
+        if line:  # the worker's own error event, re-printed verbatim (same src/seq: parsers keep one copy)
+            _print_line(line)
+        events.emit("phase", phase="failed", reason=info.get("kind"))
+        time.sleep(1.5)  # let Ray forward the workers' last log lines before the driver goes
+        os._exit(1)
+
+    def _cancel(self) -> None:
+        import ray
+
+        t0 = time.time()
+        events.emit("phase", phase="cancelling", grace_s=self.grace_s)
+        try:
+            ray.get(self.handle.request_stop.remote("cancel"), timeout=10)
+        except Exception:
+            pass
+        # Leave ~2 s of the grace for the exit itself; Ray SIGKILLs us when it runs out.
+        deadline = t0 + max(1.0, self.grace_s - 2.0)
+        ack = None
+        while time.time() < deadline:
+            snap = self.snapshot() or {}
+            ack = snap.get("ack")
+            if ack is not None or snap.get("phase") != "training":
+                break
+            time.sleep(0.2)
+        if ack and ack.get("line"):
+            _print_line(ack["line"])
+        if ack is None and (self.snapshot() or {}).get("phase") == "training":
+            events.emit("phase", phase="cancelled", checkpoint=None,
+                        message=f"no checkpoint within the stop grace of {self.grace_s:.0f}s "
+                                f"(RAY_JOB_STOP_WAIT_TIME_S); the last epoch checkpoint stays the latest")
+        else:
+            events.emit("phase", phase="cancelled", checkpoint=(ack or {}).get("path"),
+                        seconds=round(time.time() - t0, 2))
+        time.sleep(1.0)
+        sys.stdout.flush()
+        os._exit(0)
+
+
+def _print_line(line: str) -> None:
+    sys.stdout.write(line if line.endswith("\n") else line + "\n")
+    sys.stdout.flush()

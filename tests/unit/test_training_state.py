@@ -1,0 +1,161 @@
+"""Exact resume, cancel checkpoints and checkpoint-write faults of the real training loop, run in this process.
+
+`cleverthis_runtime.train.run` is the same code a Ray worker runs (world size 1, no control actor), so these
+checks take seconds; tests/integration/test_resume.py and test_faults.py do the same through real Ray jobs.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cleverthis_runtime import checkpoints
+from cleverthis_runtime.control import WorkerControl, is_fatal
+from cleverthis_runtime.data import read_training_config
+from cleverthis_runtime.spec import JobSpec, TrainingConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "examples" / "data"
+STEPS_PER_EPOCH = 20  # 158 examples, batch size 8
+
+
+class StopAfter(WorkerControl):
+    """Asks for a stop at the n-th step end, as the driver's SIGTERM does through the control actor."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(None, 0)
+        self.n, self.calls = n, 0
+
+    def stop_requested(self) -> bool:
+        self.calls += 1
+        return self.calls >= self.n
+
+
+def _job(name: str, out: Path, epochs: int, base: str, control: WorkerControl | None = None,
+         **tc_overrides) -> dict:
+    from cleverthis_runtime.train import run
+
+    cfg, _ = read_training_config(str(DATA))
+    tc = TrainingConfig.model_validate({**cfg, **tc_overrides})
+    spec = JobSpec(name=name, base_model=base, dataset_path=str(DATA), epochs=epochs, batch_size=8, workers=1,
+                   output_dir=str(out))
+    meta = checkpoints.read_meta(base) if os.path.isdir(base) else None
+    checkpoints.claim(str(out), name, resuming_from=base if meta else None)
+    config = {"spec": spec.model_dump(mode="json"), "training_config": tc.model_dump(mode="json"),
+              "checkpoint_dir": str(out), "job": name, "resume_from": base if meta else None}
+    return run(config, control=control)
+
+
+def _max_diff(a: Path, b: Path) -> float:
+    from safetensors.torch import load_file
+
+    x, y = load_file(str(a)), load_file(str(b))
+    assert x.keys() == y.keys()
+    return max(float((x[k] - y[k]).abs().max()) for k in x)
+
+
+ADAPTER = "adapter_model/adapter_model.safetensors"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> str:
+    from cleverthis_runtime.tiny import build_tiny_model
+
+    return build_tiny_model(str(tmp_path_factory.mktemp("models") / "tiny"), [str(DATA)])
+
+
+@pytest.fixture(scope="module")
+def straight(tiny, tmp_path_factory) -> Path:
+    """The reference: 2 epochs without interruption."""
+    out = tmp_path_factory.mktemp("straight") / "checkpoints"
+    _job("straight", out, 2, tiny)
+    return out
+
+
+def test_checkpoint_holds_the_trainers_resume_state(straight):
+    ep1 = straight / "epoch-1"
+    state = ep1 / checkpoints.STATE_DIR
+    assert {"optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json"} <= set(os.listdir(state))
+    assert json.loads((state / "trainer_state.json").read_text())["global_step"] == STEPS_PER_EPOCH
+    meta = checkpoints.read_meta(str(ep1))
+    assert meta["epoch"] == 1 and meta["global_step"] == STEPS_PER_EPOCH and meta["partial"] is False
+    assert meta["total_batch"] == 8 and meta["examples"] == 158 and meta["planned_epochs"] == 2
+    assert (ep1 / ADAPTER).exists() and (ep1 / "model.safetensors").exists()
+    assert os.readlink(straight / "epoch-final") == "epoch-2"
+
+
+def test_one_epoch_then_resume_equals_two_epochs(straight, tiny, tmp_path):
+    out = tmp_path / "checkpoints"
+    r = _job("resumed", out, 1, str(straight / "epoch-1"))
+    assert r["resume"] == "exact" and r["global_step"] == 2 * STEPS_PER_EPOCH
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["epoch-2", "epoch-final", "latest"]
+    assert _max_diff(straight / "epoch-2" / ADAPTER, out / "epoch-2" / ADAPTER) <= 1e-4
+    assert _max_diff(straight / "epoch-2" / "model.safetensors", out / "epoch-2" / "model.safetensors") <= 1e-4
+    assert checkpoints.read_meta(str(out / "epoch-2"))["base_model"] == tiny  # the original, not the checkpoint
+
+
+def test_mid_epoch_stop_saves_the_exact_position_and_resumes_exactly(straight, tiny, tmp_path):
+    out = tmp_path / "checkpoints"
+    r = _job("cancelled", out, 2, tiny, control=StopAfter(STEPS_PER_EPOCH + 7))
+    assert r["stopped"] and r["last_checkpoint"] == str(out / "epoch-2-step-27")
+    meta = checkpoints.read_meta(str(out / "epoch-2-step-27"))
+    assert meta["partial"] is True and meta["global_step"] == 27 and meta["epoch"] == 1
+    assert not (out / "epoch-final").exists() and os.readlink(out / "latest") == "epoch-2-step-27"
+    # Intact and loadable as the page shows.
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    AutoModelForCausalLM.from_pretrained(str(out / "epoch-2-step-27"))
+    AutoTokenizer.from_pretrained(str(out / "epoch-2-step-27"))
+
+    r2 = _job("cancelled-resume-1", out, 1, str(out / "epoch-2-step-27"))
+    assert r2["resume"] == "exact" and r2["global_step"] == 40
+    assert _max_diff(straight / "epoch-2" / ADAPTER, out / "epoch-2" / ADAPTER) <= 1e-4
+    assert os.readlink(out / "epoch-final") == "epoch-2"
+
+
+def test_a_warm_start_is_not_exact(straight, tiny, tmp_path):
+    """The control for the two tests above: without the training state the result differs."""
+    src = tmp_path / "src"
+    shutil.copytree(straight / "epoch-1", src)
+    shutil.rmtree(src / checkpoints.STATE_DIR)
+    out = tmp_path / "checkpoints"
+    r = _job("warm", out, 1, str(src))
+    assert r["resume"] == "weights"
+    assert _max_diff(straight / "epoch-2" / ADAPTER, out / "epoch-2" / ADAPTER) > 1e-3
+
+
+def test_lora_resume_without_the_base_recovers_it_from_the_merged_weights(straight, tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(straight / "epoch-1", src)
+    meta = json.loads((src / checkpoints.META_FILE).read_text())
+    meta["base_model"] = str(tmp_path / "gone")  # the base is not on this node and must not be downloaded
+    (src / checkpoints.META_FILE).write_text(json.dumps(meta))
+    out = tmp_path / "checkpoints"
+    _job("nobase", out, 1, str(src))
+    assert _max_diff(straight / "epoch-2" / ADAPTER, out / "epoch-2" / ADAPTER) <= 1e-4
+
+
+@pytest.mark.parametrize("fault,kind", [("ENOSPC", "disk_full"), ("EACCES", "permission_denied")])
+def test_checkpoint_write_fault_fails_readably_and_keeps_earlier_checkpoints(tiny, tmp_path, monkeypatch,
+                                                                             fault, kind):
+    from cleverthis_runtime.triage import classify
+
+    monkeypatch.setenv(checkpoints.FAULT_ENV, f"epoch-2:{fault}")
+    out = tmp_path / "checkpoints"
+    with pytest.raises(checkpoints.CheckpointError) as e:
+        _job("faulty", out, 2, tiny, lora_r=4)
+    msg = str(e.value)
+    assert "cannot write checkpoint epoch-2" in msg and "earlier checkpoints are intact (latest: epoch-1)" in msg
+    assert classify(f"CheckpointError: {msg}")[0] == kind and is_fatal(e.value)
+    assert sorted(p.name for p in out.iterdir()) == [".cleverthis-owner.json", "epoch-1", "latest"]
+    assert checkpoints.read_meta(str(out / "epoch-1"))["epoch"] == 1
+
+
+def test_fatal_errors_are_not_retried():
+    assert is_fatal(OSError(errno.ENOSPC, "No space left on device"))
+    assert not is_fatal(RuntimeError("Connection reset by peer"))
