@@ -9,68 +9,19 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 import pytest
 
 from jupyter_cleverthis.service.jobs import JobService
 from jupyter_cleverthis.spec import JobSpec, JobStatus
 
+from .training_helpers import ADAPTER, max_diff, slow_steps, straight_reference, wait_for_step  # noqa: F401
+
 pytestmark = pytest.mark.integration
-ADAPTER = "adapter_model/adapter_model.safetensors"
 
 
-@pytest.fixture
-def slow_steps(monkeypatch):
-    """Jobs submitted in this test sleep 0.3 s per step (numerics unchanged) so a cancel lands mid-epoch."""
-    orig = JobService._runtime_env
-
-    def env(self, spec):
-        out = orig(self, spec)
-        out["env_vars"]["CLEVERTHIS_TEST_STEP_DELAY_S"] = "0.3"
-        return out
-
-    monkeypatch.setattr(JobService, "_runtime_env", env)
-
-
-def _max_diff(a: Path, b: Path) -> float:
-    from safetensors.torch import load_file
-
-    x, y = load_file(str(a)), load_file(str(b))
-    return max(float((x[k] - y[k]).abs().max()) for k in x)
-
-
-def _wait_for_step(svc: JobService, name: str, step: int, timeout: float = 300) -> int:
-    end = time.time() + timeout
-    while time.time() < end:
-        steps = [e["step"] for e in svc.events("local", name) if e["type"] == "step"]
-        if steps and max(steps) >= step:
-            return max(steps)
-        d = svc.get("local", name)
-        assert not d.status.is_terminal(), (d.status, d.error)
-        time.sleep(0.3)
-    raise AssertionError(f"{name} did not reach step {step}")
-
-
-def straight_reference(tiny_model: str, dataset: Path, out: Path, epochs: int = 2) -> Path:
-    """The uninterrupted run, computed in this process by the same training code (world size 1, seconds):
-    Ray adds nothing to the numerics of one worker (per-step losses are identical), so it is the reference."""
-    from cleverthis_runtime import checkpoints
-    from cleverthis_runtime.data import read_training_config
-    from cleverthis_runtime.spec import TrainingConfig
-    from cleverthis_runtime.train import run
-
-    cfg, _ = read_training_config(str(dataset))
-    spec = JobSpec(name="reference", base_model=tiny_model, dataset_path=str(dataset), epochs=epochs, batch_size=8,
-                   workers=1, output_dir=str(out))
-    checkpoints.claim(str(out), "reference")
-    run({"spec": spec.model_dump(mode="json"), "training_config": TrainingConfig.model_validate(cfg).model_dump(),
-         "checkpoint_dir": str(out), "job": "reference"})
-    return out
-
-
-def test_cancel_mid_epoch_then_resume_equals_straight_run(ray_cluster, tiny_model, dataset, tmp_path, job_name,
-                                                           slow_steps):
+@pytest.mark.usefixtures("slow_steps")
+def test_cancel_mid_epoch_then_resume_equals_straight_run(ray_cluster, tiny_model, dataset, tmp_path, job_name):
     svc = JobService()
     cut = tmp_path / "cut"
     t0 = time.time()
@@ -79,7 +30,7 @@ def test_cancel_mid_epoch_then_resume_equals_straight_run(ray_cluster, tiny_mode
     straight = straight_reference(tiny_model, dataset, tmp_path / "straight")
 
     # 20 steps per epoch: cancel in the middle of epoch 2.
-    seen = _wait_for_step(svc, job_name, 23)
+    seen = wait_for_step(svc, job_name, 23)
     t_seen = time.time()
     assert seen < 40
     svc.cancel("local", job_name)
@@ -115,8 +66,8 @@ def test_cancel_mid_epoch_then_resume_equals_straight_run(ray_cluster, tiny_mode
     assert r.serving["base_model"] == tiny_model  # the adapter applies to the original base
 
     ref = straight / "epoch-2"
-    assert _max_diff(ref / ADAPTER, cut / "epoch-2" / ADAPTER) <= 1e-4
-    assert _max_diff(ref / "model.safetensors", cut / "epoch-2" / "model.safetensors") <= 1e-4
+    assert max_diff(ref / ADAPTER, cut / "epoch-2" / ADAPTER) <= 1e-4
+    assert max_diff(ref / "model.safetensors", cut / "epoch-2" / "model.safetensors") <= 1e-4
     assert os.readlink(cut / "epoch-final") == "epoch-2"
     print(f"cancel+resume test: step {seen} after {t_seen - t0:.0f}s, cancelled after {t_cancel - t_seen:.0f}s, "
           f"{time.time() - t0:.0f}s total")

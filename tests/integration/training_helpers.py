@@ -1,0 +1,71 @@
+"""Shared by the resume, fault and multi-node tests: the in-process reference run and small waits."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from jupyter_cleverthis.service.jobs import JobService
+from jupyter_cleverthis.spec import JobSpec
+
+ADAPTER = "adapter_model/adapter_model.safetensors"
+
+
+@pytest.fixture
+def slow_steps(monkeypatch):
+    """Jobs submitted in the test sleep 0.3 s per step (numerics unchanged) so a cancel or a kill lands
+    mid-epoch (20 steps per epoch with the sample data and batch size 8)."""
+    orig = JobService._runtime_env
+
+    def env(self, spec):
+        out = orig(self, spec)
+        out["env_vars"]["CLEVERTHIS_TEST_STEP_DELAY_S"] = "0.3"
+        return out
+
+    monkeypatch.setattr(JobService, "_runtime_env", env)
+
+
+def straight_reference(tiny_model: str, dataset: Path, out: Path, epochs: int = 2) -> Path:
+    """The uninterrupted run, computed in this process by the same training code (world size 1, seconds):
+    Ray adds nothing to the numerics of one worker (per-step losses are identical), so it is the reference."""
+    from cleverthis_runtime import checkpoints
+    from cleverthis_runtime.data import read_training_config
+    from cleverthis_runtime.spec import TrainingConfig
+    from cleverthis_runtime.train import run
+
+    cfg, _ = read_training_config(str(dataset))
+    spec = JobSpec(name="reference", base_model=tiny_model, dataset_path=str(dataset), epochs=epochs, batch_size=8,
+                   workers=1, output_dir=str(out))
+    checkpoints.claim(str(out), "reference")
+    run({"spec": spec.model_dump(mode="json"), "training_config": TrainingConfig.model_validate(cfg).model_dump(),
+         "checkpoint_dir": str(out), "job": "reference"})
+    return out
+
+
+def max_diff(a: Path, b: Path) -> float:
+    from safetensors.torch import load_file
+
+    x, y = load_file(str(a)), load_file(str(b))
+    assert x.keys() == y.keys()
+    return max(float((x[k] - y[k]).abs().max()) for k in x)
+
+
+def wait_for(svc: JobService, name: str, pred, timeout: float = 300, what: str = "") -> list[dict]:
+    """Poll the job's events until pred(events) is true; fails early if the job ends first."""
+    end = time.time() + timeout
+    while time.time() < end:
+        evs = svc.events("local", name)
+        if pred(evs):
+            return evs
+        d = svc.get("local", name)
+        assert not d.status.is_terminal(), (what, d.status, d.error)
+        time.sleep(0.3)
+    raise AssertionError(f"{name}: timed out waiting for {what}")
+
+
+def wait_for_step(svc: JobService, name: str, step: int, timeout: float = 300) -> int:
+    evs = wait_for(svc, name, lambda evs: any(e["type"] == "step" and e["step"] >= step for e in evs), timeout,
+                   f"step {step}")
+    return max(e["step"] for e in evs if e["type"] == "step")
