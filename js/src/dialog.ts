@@ -82,7 +82,8 @@ export class CreateJobDialog extends Widget {
         schema,
         cluster: this._options.cluster,
         jobType: this._options.jobType,
-        values: this._options.values
+        values: this._options.values,
+        transport: this._options.transport
       });
       this._body.replaceChildren(this._form.node);
       this._submitButton.disabled = false;

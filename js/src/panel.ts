@@ -12,6 +12,7 @@ import { trainingIcon } from './icon';
 import {
   CSS_PREFIX,
   IClusterInfo,
+  ICheckpoint,
   IJobDetail,
   IJobSummary,
   ITransport,
@@ -73,6 +74,14 @@ export class TrainingPanel extends Widget {
     this._error = h('div', { class: `${CSS_PREFIX}-errorBar`, role: 'alert' });
     this._error.style.display = 'none';
 
+    this._statusFilter = h(
+      'select',
+      { class: `jp-mod-styled ${CSS_PREFIX}-statusFilter`, title: 'Show jobs with this status', 'aria-label': 'Status filter' },
+      ...['', 'queued', 'initializing', 'running', 'succeeded', 'failed', 'cancelled'].map(v =>
+        h('option', { value: v }, v || 'all statuses')
+      )
+    );
+    this._statusFilter.addEventListener('change', () => this.table.setJobs(this._filtered(this._jobs)));
     const createButton = h(
       'button',
       { type: 'button', class: `${CSS_PREFIX}-button jp-mod-accept ${CSS_PREFIX}-createJob`, title: 'Create a training or fine-tuning job' },
@@ -107,6 +116,7 @@ export class TrainingPanel extends Widget {
         'div',
         { class: `${CSS_PREFIX}-toolbar` },
         createButton,
+        this._statusFilter,
         h('span', { class: `${CSS_PREFIX}-spacer` }),
         refreshButton,
         this._dashboardButton
@@ -117,7 +127,8 @@ export class TrainingPanel extends Widget {
     this.table = new JobTable({ onSelect: job => this.showJob(job.name) });
     this.detail = new JobDetailView({
       onBack: () => this.showList(),
-      onCancel: job => this._cancel(job)
+      onCancel: job => this._cancel(job),
+      onResume: (job, checkpoint) => this._resume(job, checkpoint)
     });
     this._body = h('div', { class: `${CSS_PREFIX}-body` }, this.table.node, this.detail.node);
     this.node.append(header, this._body);
@@ -305,7 +316,8 @@ export class TrainingPanel extends Widget {
       if (this._view === 'list') {
         const jobs = await this.transport.listJobs(cluster);
         if (generation === this._generation) {
-          this.table.setJobs(jobs);
+          this._jobs = jobs;
+          this.table.setJobs(this._filtered(jobs));
         }
       } else if (this._jobName) {
         const name = this._jobName;
@@ -365,6 +377,25 @@ export class TrainingPanel extends Widget {
     this._resources.textContent = info ? [info.address, ...parts].filter(Boolean).join(' \u00b7 ') : '';
   }
 
+  private async _resume(job: IJobDetail, checkpoint?: ICheckpoint): Promise<void> {
+    try {
+      const created = await this.transport.resumeJob(
+        job.cluster || this._cluster || '',
+        job.name,
+        checkpoint ? { checkpoint: checkpoint.name } : {}
+      );
+      this._showError(null);
+      this.showJob(created.name);
+    } catch (err) {
+      this._showError(`Cannot resume ${job.name}: ${errorMessage(err)}`);
+    }
+  }
+
+  private _filtered(jobs: IJobSummary[]): IJobSummary[] {
+    const status = this._statusFilter.value;
+    return status ? jobs.filter(j => j.status === status) : jobs;
+  }
+
   private async _cancel(job: IJobDetail): Promise<void> {
     if (this._confirmCancel && !(await this._confirmCancel(job))) {
       return;
@@ -397,6 +428,8 @@ export class TrainingPanel extends Widget {
   }
 
   private _cluster: string | null = null;
+  private _jobs: IJobSummary[] = [];
+  private readonly _statusFilter: HTMLSelectElement;
   private _clusters: IClusterInfo[] = [];
   private _defaultCluster: string;
   private _userPicked = false;

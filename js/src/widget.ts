@@ -31,6 +31,7 @@ import {
   IJobEvent,
   IJobSpec,
   IJobSummary,
+  IResumeOptions,
   ISchemaBundle,
   ITransport,
   JobDetailView,
@@ -60,11 +61,19 @@ const VIEWS: readonly WidgetView[] = ['list', 'detail', 'curve', 'logs', 'create
 /** Default time to wait for the kernel to answer an action, in ms. */
 const REPLY_TIMEOUT_MS = 15_000;
 
+/**
+ * Time to wait for the kernel to confirm a new job, in ms: the kernel runs the
+ * pre-flight check on the cluster (a short Ray job, up to 120 s) before it
+ * submits, which often takes longer than {@link REPLY_TIMEOUT_MS}.
+ */
+const CREATE_TIMEOUT_MS = 180_000;
+
 /** `ITransport` over an anywidget model. */
 export class ModelTransport implements ITransport {
   constructor(
     readonly model: IAnyModel,
-    readonly timeoutMs: number = REPLY_TIMEOUT_MS
+    readonly timeoutMs: number = REPLY_TIMEOUT_MS,
+    readonly createTimeoutMs: number = Math.max(timeoutMs, CREATE_TIMEOUT_MS)
   ) {
     model.on('msg:custom', this._onCustom);
   }
@@ -136,7 +145,9 @@ export class ModelTransport implements ITransport {
         const job = name ? this.jobs().find(j => j.name === name) : undefined;
         return job ? Private.summaryAsDetail(job) : undefined;
       },
-      ['change:detail', 'change:jobs']
+      ['change:detail', 'change:jobs'],
+      false,
+      this.createTimeoutMs
     );
     if (!reply) {
       throw new TransportError('The kernel did not confirm the new job', 0, 'timeout');
@@ -163,6 +174,22 @@ export class ModelTransport implements ITransport {
       return Private.summaryAsDetail(job);
     }
     throw new TransportError(`Job ${name} is not available`, 404, 'not_found');
+  }
+
+  async resumeJob(cluster: string, name: string, options: IResumeOptions = {}): Promise<IJobDetail> {
+    const reply = await this._request({ action: 'resume', name, cluster, ...options }, () => undefined, []);
+    if (!reply) {
+      throw new TransportError('The kernel did not confirm the resumed job', 0, 'timeout');
+    }
+    return reply as IJobDetail;
+  }
+
+  async planJob(cluster: string, spec: IJobSpec): Promise<Record<string, unknown>> {
+    const reply = await this._request({ action: 'plan', spec: { ...spec, cluster } }, () => undefined, []);
+    if (!reply) {
+      throw new TransportError('The kernel did not answer the pre-flight check', 0, 'timeout');
+    }
+    return reply as Record<string, unknown>;
   }
 
   async getLogs(cluster: string, name: string): Promise<string> {
@@ -215,14 +242,15 @@ export class ModelTransport implements ITransport {
 
   /**
    * Send an action and settle on the kernel's reply, on the first state
-   * change for which `check` returns a value, or on timeout (undefined, or
-   * `check()` when `settleOnTimeout`).
+   * change for which `check` returns a value, or after `timeoutMs` (undefined,
+   * or `check()` when `settleOnTimeout`).
    */
   private _request(
     content: Record<string, unknown>,
     check: () => unknown,
     events: string[],
-    settleOnTimeout = false
+    settleOnTimeout = false,
+    timeoutMs = this.timeoutMs
   ): Promise<unknown> {
     return new Promise((resolve, reject) => {
       let id = '';
@@ -243,7 +271,7 @@ export class ModelTransport implements ITransport {
       const timer = setTimeout(() => {
         cleanup();
         resolve(settleOnTimeout ? check() : undefined);
-      }, this.timeoutMs);
+      }, timeoutMs);
       for (const event of events) {
         this.model.on(event, onChange);
       }
@@ -330,6 +358,14 @@ export function renderWidget(model: IAnyModel, el: HTMLElement): () => void {
       } catch (err) {
         showError(`Cannot cancel ${job.name}: ${errorMessage(err)}`);
       }
+    },
+    onResume: async (job, checkpoint) => {
+      try {
+        await transport.resumeJob(job.cluster, job.name, checkpoint ? { checkpoint: checkpoint.name } : {});
+        showError(null);
+      } catch (err) {
+        showError(`Cannot resume ${job.name}: ${errorMessage(err)}`);
+      }
     }
   });
   const curve = new LossCurve({ height: 280 });
@@ -367,7 +403,7 @@ export function renderWidget(model: IAnyModel, el: HTMLElement): () => void {
       );
       return;
     }
-    createForm = new CreateJobForm({ schema: schema as ISchemaBundle, cluster: transport.cluster() });
+    createForm = new CreateJobForm({ schema: schema as ISchemaBundle, cluster: transport.cluster(), transport });
     createPane.replaceChildren(
       createForm.node,
       h('div', { class: `${CSS_PREFIX}-toolbar ${CSS_PREFIX}-widgetCreateFooter` }, createButton)

@@ -7,7 +7,7 @@ function fill(form: CreateJobForm) {
   form.form.setValues({ name: 'tiny', base_model: 'sshleifer/tiny-gpt2', dataset_path: '/d.jsonl' });
 }
 
-function transport(createJob: ITransport['createJob']): ITransport {
+function transport(createJob: ITransport['createJob'], planJob?: ITransport['planJob']): ITransport {
   const unused = () => Promise.reject(new Error('unused'));
   return {
     listClusters: unused,
@@ -15,11 +15,35 @@ function transport(createJob: ITransport['createJob']): ITransport {
     getJob: unused,
     createJob,
     cancelJob: unused,
+    resumeJob: unused,
+    planJob: planJob ?? unused,
     getLogs: unused,
     getEvents: unused,
     getSchema: unused
   };
 }
+
+describe('CreateJobForm pre-flight', () => {
+  it('shows the plan from the cluster and puts its problems under their fields', async () => {
+    const planJob = vi.fn(async () => ({
+      errors: [{ field: 'dataset_path', message: 'dataset path /d.jsonl does not exist' }],
+      dataset: { format: 'instruction', examples: 158, validation_examples: 0 },
+      token_lengths: { mean: 40, p95: 60, max: 90, truncated: 0 },
+      plan: { memory_estimate_gb: { full: 1, lora: 0.5 }, reasons: { method: 'lora: set in training_config.json' } },
+      checkpoint_dir: '/d/checkpoints'
+    }));
+    const t = transport(() => Promise.reject(new Error('unused')), planJob);
+    const form = new CreateJobForm({ schema: SCHEMA_BUNDLE, cluster: 'local', transport: t });
+    fill(form);
+    (form.node.querySelector('.jp-CleverThis-CreateJobForm-planButton') as HTMLButtonElement).click();
+    await vi.waitFor(() => expect(planJob).toHaveBeenCalled());
+    await vi.waitFor(() => expect(form.node.textContent).toContain('lora: set in training_config.json'));
+    expect(form.node.textContent).toContain('instruction \u00b7 158 examples');
+    expect(form.node.textContent).toContain('/d/checkpoints');
+    const row = form.node.querySelector('[data-field="dataset_path"]');
+    expect(row?.textContent).toContain('does not exist');
+  });
+});
 
 describe('CreateJobForm', () => {
   it('has Training / Fine-tuning tabs that set job_type', () => {

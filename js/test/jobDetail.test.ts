@@ -58,6 +58,42 @@ describe('JobDetailView', () => {
     expect(cancel.textContent).toBe('Cancel');
   });
 
+  it('says why a job is queued, and shows advice and the traceback of a failure', () => {
+    const view = new JobDetailView();
+    view.setJob(makeDetail({ status: 'queued', queued_reason: { message: 'waiting for 3 CPU: 2 free' } }));
+    expect(view.node.querySelector('.jp-CleverThis-JobDetail-queued')?.textContent).toContain('waiting for 3 CPU');
+    view.setJob(makeDetail({ status: 'failed', error: 'boom', error_kind: 'out_of_memory',
+      advice: 'Try: 1. QLoRA', traceback: 'Traceback (most recent call last): ...' }));
+    expect(view.node.querySelector('.jp-CleverThis-JobDetail-advice')?.textContent).toContain('[out_of_memory] Try: 1. QLoRA');
+    expect(view.node.querySelector('.jp-CleverThis-JobDetail-tracebackText')?.textContent).toContain('most recent call');
+    expect((view.node.querySelector('.jp-CleverThis-JobDetail-queued') as HTMLElement).style.display).toBe('none');
+  });
+
+  it('resumes from the latest or from a chosen checkpoint, and copies paths', async () => {
+    const onResume = vi.fn(async () => undefined);
+    const view = new JobDetailView({ onResume });
+    const ckpts = [
+      { name: 'epoch-1', path: '/d/checkpoints/epoch-1', epoch: 1 },
+      { name: 'epoch-2', path: '/d/checkpoints/epoch-2', epoch: 2 }
+    ];
+    view.setJob(makeDetail({ status: 'running', checkpoints: ckpts }));
+    const resume = view.node.querySelector('.jp-CleverThis-JobDetail-resume') as HTMLButtonElement;
+    expect(resume.disabled).toBe(true); // still running
+    view.setJob(makeDetail({ status: 'cancelled', checkpoints: ckpts,
+      serving: { model_path: '/d/checkpoints/epoch-2', lora_adapter_path: '/d/checkpoints/epoch-2/adapter_model' } }));
+    expect(resume.disabled).toBe(false);
+    resume.click();
+    await vi.waitFor(() => expect(onResume).toHaveBeenCalledTimes(1));
+    expect(onResume.mock.calls[0]).toHaveLength(2);
+    const here = view.node.querySelectorAll<HTMLButtonElement>('.jp-CleverThis-JobDetail-resumeHere');
+    expect(here).toHaveLength(2);
+    here[0].click();
+    await vi.waitFor(() => expect(onResume).toHaveBeenCalledTimes(2));
+    expect((onResume.mock.calls[1] as unknown[])[1]).toMatchObject({ name: 'epoch-1' });
+    expect(view.node.querySelector('[data-section="serving"]')?.textContent).toContain('epoch-2/adapter_model');
+    expect(view.node.querySelectorAll('.jp-CleverThis-copy').length).toBeGreaterThanOrEqual(3);
+  });
+
   it('has a Back link calling onBack', () => {
     const onBack = vi.fn();
     const view = new JobDetailView({ onBack });

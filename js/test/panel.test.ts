@@ -30,6 +30,8 @@ function fakeTransport(): ITransport & { [K in keyof ITransport]: Mock } {
     getJob: vi.fn().mockResolvedValue(makeDetail()),
     createJob: vi.fn(),
     cancelJob: vi.fn().mockResolvedValue(makeDetail({ status: 'cancelled' })),
+    resumeJob: vi.fn().mockResolvedValue(makeDetail({ name: 'job-1-resume-1', status: 'queued' })),
+    planJob: vi.fn(),
     getLogs: vi.fn().mockResolvedValue('log text'),
     getEvents: vi.fn().mockResolvedValue({ events: [{ i: 1, type: 'phase' }], next: 1 }),
     getSchema: vi.fn()

@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 
 import widget, { IAnyModel, ModelTransport } from '../src/widget';
 import { SCHEMA_BUNDLE, makeDetail, makeJob } from './fixtures';
@@ -214,5 +214,28 @@ describe('ModelTransport', () => {
     expect(err.code).toBe('invalid_spec');
     expect(err.fieldErrors).toEqual([{ field: 'epochs', message: 'no' }]);
     t.dispose();
+  });
+
+  it('waits longer for a create (the kernel runs the pre-flight first) than for other actions', async () => {
+    vi.useFakeTimers();
+    try {
+      const model = new FakeModel({});
+      const t = new ModelTransport(model, 1000, 5000);
+      const created = t.createJob('local', { name: 'tiny-ft' });
+      let settled = false;
+      void created.then(() => (settled = true), () => (settled = true));
+      await vi.advanceTimersByTimeAsync(3000);
+      expect(settled).toBe(false);
+      model.emit('msg:custom', { reply_to: model.sent[0].request_id, ok: true, result: makeDetail() });
+      await expect(created).resolves.toMatchObject({ name: 'tiny-ft' });
+
+      const late = t.createJob('local', { name: 'slow' });
+      const failed = late.catch(e => e);
+      await vi.advanceTimersByTimeAsync(5001);
+      expect((await failed).code).toBe('timeout');
+      t.dispose();
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });

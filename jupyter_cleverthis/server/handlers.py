@@ -196,11 +196,12 @@ class ResumeHandler(BaseHandler):
         epochs = body.get("epochs")
         if epochs is not None and (not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1):
             raise BadRequest("epochs must be a whole number >= 1", details={"field": "epochs"})
-        new_name = body.get("name")
-        if new_name is not None and not isinstance(new_name, str):
-            raise BadRequest("name must be a string", details={"field": "name"})
+        new_name, checkpoint = body.get("name"), body.get("checkpoint")
+        for key, value in (("name", new_name), ("checkpoint", checkpoint)):
+            if value is not None and not isinstance(value, str):
+                raise BadRequest(f"{key} must be a string", details={"field": key})
         detail = await self.run(self.service.resume, cluster, name, epochs=epochs, new_name=new_name,
-                                owner=self.owner())
+                                owner=self.owner(), checkpoint=checkpoint)
         self.reply(detail.model_dump(mode="json"), status=201)
 
 

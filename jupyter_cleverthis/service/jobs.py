@@ -366,8 +366,9 @@ class JobService:
         self.store.forget(cluster, name)
 
     def resume(self, cluster: str, name: str, *, epochs: int | None = None, new_name: str | None = None,
-               owner: str | None = None) -> JobDetail:
-        """A new job continuing `name` from its latest checkpoint; epochs default to what remains."""
+               owner: str | None = None, checkpoint: str | None = None) -> JobDetail:
+        """A new job continuing `name` from its latest checkpoint (or the named one, e.g. "epoch-1");
+        epochs default to what remains."""
         d = self.get(cluster, name)
         if not d.status.is_terminal():
             raise JobConflict(f"job '{name}' is still {d.status.value}; cancel it or wait for it to end",
@@ -375,6 +376,12 @@ class JobService:
         if not d.checkpoints or d.spec is None:
             raise JobConflict(f"job '{name}' wrote no checkpoint to resume from", details={"field": "name"})
         last = d.checkpoints[-1]
+        if checkpoint is not None:
+            found = [c for c in d.checkpoints if checkpoint in (c.name, c.path)]
+            if not found:
+                raise BadRequest(f"job '{name}' has no checkpoint '{checkpoint}' (it has: "
+                                 f"{', '.join(c.name for c in d.checkpoints)})", details={"field": "checkpoint"})
+            last = found[-1]
         done = int(last.epoch or 0)  # epochs completed since the lineage's start (a mid-epoch cancel: not counted)
         started = next((int(e.get("start_epoch") or 0) for e in self.store.events(cluster, name)
                         if e["type"] == "config"), 0)

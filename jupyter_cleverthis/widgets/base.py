@@ -160,7 +160,12 @@ class JobsWidget(anywidget.AnyWidget):
             self.detail = d.model_dump(mode="json")
             return self.detail
         if action == "resume" and name:
-            d = self.service.resume(self.cluster, name, epochs=content.get("epochs"))
+            d = self.service.resume(self.cluster, name, epochs=content.get("epochs"),
+                                    checkpoint=content.get("checkpoint"))
+            self._select(d.name)
+            self.detail = d.model_dump(mode="json")
+            if self._task is None or self._task.done():
+                self.start()
             return d.model_dump(mode="json")
         if action == "logs" and name:
             self._refresh_logs(name)

@@ -29,6 +29,8 @@ export interface ICreateJobFormOptions {
   jobType?: JobType;
   /** Initial values of the generated fields. */
   values?: Record<string, unknown>;
+  /** When given, a "Pre-flight plan" button asks the cluster what the job would do (without submitting). */
+  transport?: ITransport;
 }
 
 /** Result of {@link CreateJobForm.readSpec}. */
@@ -95,6 +97,7 @@ export class CreateJobForm {
     );
     this.form.registerRow('training_config', this._advanced);
 
+    this._planOut = h('div', { class: `${FORM_CLASS}-plan`, 'aria-live': 'polite' });
     this.node = h(
       'div',
       { class: FORM_CLASS },
@@ -103,6 +106,16 @@ export class CreateJobForm {
       this.form.node,
       this._advanced
     );
+    const transport = options.transport;
+    if (transport) {
+      const planButton = h(
+        'button',
+        { type: 'button', class: `${CSS_PREFIX}-button ${FORM_CLASS}-planButton` },
+        'Pre-flight plan'
+      );
+      planButton.addEventListener('click', () => void this.checkPlan(transport));
+      this.node.append(h('div', { class: `${CSS_PREFIX}-toolbar` }, planButton), this._planOut);
+    }
     this.cluster = options.cluster;
     this.jobType = options.jobType ?? Private.defaultJobType(options.schema);
   }
@@ -217,6 +230,28 @@ export class CreateJobForm {
     }
   }
 
+  /** Ask the cluster for the pre-flight plan of the current spec and show it under the form. */
+  async checkPlan(transport: ITransport): Promise<Record<string, unknown> | null> {
+    const { spec } = this.readSpec();
+    if (!spec) {
+      return null;
+    }
+    this._planOut.replaceChildren(h('div', null, 'Checking on the cluster\u2026'));
+    try {
+      const plan = await transport.planJob(this._cluster, spec);
+      this._planOut.replaceChildren(Private.renderPlan(plan));
+      const errors = (plan['errors'] as IFieldError[] | undefined) ?? [];
+      if (errors.length) {
+        this.showErrors(errors);
+      }
+      return plan;
+    } catch (err) {
+      this._planOut.replaceChildren(h('div', { class: `${CSS_PREFIX}-formError` }, errorMessage(err)));
+      return null;
+    }
+  }
+
+  private readonly _planOut: HTMLDivElement;
   private _jobType: JobType = 'train';
   private _cluster: string;
   private readonly _tabs: HTMLDivElement;
@@ -226,6 +261,38 @@ export class CreateJobForm {
 }
 
 namespace Private {
+  /** The pre-flight answer as a small table: format, examples, token lengths, memory, choices with reasons. */
+  export function renderPlan(plan: Record<string, unknown>): HTMLElement {
+    const rows: [string, string][] = [];
+    const ds = plan['dataset'] as { format?: string; examples?: number; validation_examples?: number } | undefined;
+    if (ds) {
+      rows.push(['Dataset', `${ds.format} \u00b7 ${ds.examples} examples${ds.validation_examples ? ` + ${ds.validation_examples} validation` : ''}`]);
+    }
+    const tl = plan['token_lengths'] as Record<string, number> | undefined;
+    if (tl) {
+      rows.push(['Token lengths', `mean ${tl.mean}, p95 ${tl.p95}, max ${tl.max} (${tl.truncated} truncated)`]);
+    }
+    const p = plan['plan'] as { memory_estimate_gb?: Record<string, number>; reasons?: Record<string, string> } | undefined;
+    if (p?.memory_estimate_gb) {
+      rows.push(['Memory estimate', Object.entries(p.memory_estimate_gb).map(([k, v]) => `${k} ~${v} GB`).join(', ')]);
+    }
+    for (const [key, reason] of Object.entries(p?.reasons ?? {})) {
+      rows.push([key, reason]);
+    }
+    if (plan['checkpoint_dir']) {
+      rows.push(['Checkpoints', String(plan['checkpoint_dir'])]);
+    }
+    const errors = (plan['errors'] as IFieldError[] | undefined) ?? [];
+    for (const e of errors) {
+      rows.push([`Problem (${e.field})`, e.message]);
+    }
+    const body = h('tbody');
+    for (const [k, v] of rows) {
+      body.appendChild(h('tr', { 'data-key': k }, h('th', { scope: 'row' }, k), h('td', null, v)));
+    }
+    return h('table', { class: `${CSS_PREFIX}-kvTable` }, body);
+  }
+
   /** The `job_type` default of the schema when it names one of the tabs. */
   export function defaultJobType(bundle: ISchemaBundle): JobType {
     const value = (bundle.job_spec?.properties?.['job_type'] as IJSONSchema | undefined)?.default;

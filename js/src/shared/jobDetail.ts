@@ -15,7 +15,7 @@ import {
 } from './format';
 import { LogView } from './logView';
 import { ILossCurveOptions, LossCurve } from './lossCurve';
-import { IJobDetail, IJobEvent, isActive } from './model';
+import { ICheckpoint, IJobDetail, IJobEvent, isActive } from './model';
 
 /** Options of {@link JobDetailView}. */
 export interface IJobDetailViewOptions {
@@ -23,6 +23,11 @@ export interface IJobDetailViewOptions {
   onBack?: () => void;
   /** Shows a Cancel button (enabled while the job is active) calling this. */
   onCancel?: (job: IJobDetail) => void | Promise<unknown>;
+  /**
+   * Shows a Resume button (enabled once the job ended with a checkpoint) and a "Resume from here" button
+   * per checkpoint; `checkpoint` is undefined for the latest.
+   */
+  onResume?: (job: IJobDetail, checkpoint?: ICheckpoint) => void | Promise<unknown>;
   /** Show the loss curve (default true). */
   showLossCurve?: boolean;
   /** Show the log tail (default true). */
@@ -55,6 +60,16 @@ export class JobDetailView {
     if (!this._onCancel) {
       this._cancel.style.display = 'none';
     }
+    this._onResume = options.onResume;
+    this._resume = h(
+      'button',
+      { type: 'button', class: `${CSS_PREFIX}-button ${VIEW_CLASS}-resume`, title: 'Continue from the latest checkpoint' },
+      'Resume'
+    );
+    this._resume.addEventListener('click', () => void this._resumeFrom(undefined));
+    if (!this._onResume) {
+      this._resume.style.display = 'none';
+    }
     const header = h('div', { class: `${VIEW_CLASS}-header` });
     this.node = h('div', { class: VIEW_CLASS });
     if (options.onBack) {
@@ -70,10 +85,27 @@ export class JobDetailView {
       });
       this.node.appendChild(h('div', { class: `${VIEW_CLASS}-nav` }, back));
     }
-    header.append(this._title, this._badge, h('span', { class: `${CSS_PREFIX}-spacer` }), this._cancel);
+    header.append(
+      this._title,
+      this._badge,
+      h('span', { class: `${CSS_PREFIX}-spacer` }),
+      this._resume,
+      this._cancel
+    );
 
     this._message = h('div', { class: `${VIEW_CLASS}-message` });
     this._error = h('pre', { class: `${VIEW_CLASS}-error` });
+    this._queued = h('div', { class: `${VIEW_CLASS}-queued`, role: 'status' });
+    this._advice = h('div', { class: `${VIEW_CLASS}-advice` });
+    this._tracebackText = h('pre', { class: `${VIEW_CLASS}-tracebackText` });
+    this._traceback = h(
+      'details',
+      { class: `${VIEW_CLASS}-traceback` },
+      h('summary', null, 'Traceback'),
+      this._tracebackText
+    );
+    this._plan = h('table', { class: `${CSS_PREFIX}-kvTable ${VIEW_CLASS}-plan` });
+    this._serving = h('table', { class: `${CSS_PREFIX}-kvTable ${VIEW_CLASS}-serving` });
     this._summary = h('table', { class: `${CSS_PREFIX}-kvTable ${VIEW_CLASS}-summary` });
     this._progress = h('table', { class: `${CSS_PREFIX}-kvTable ${VIEW_CLASS}-progress` });
     this._checkpoints = h('div', { class: `${VIEW_CLASS}-checkpoints` });
@@ -82,8 +114,11 @@ export class JobDetailView {
 
     this.node.append(
       header,
+      this._queued,
       this._message,
       this._error,
+      this._advice,
+      this._traceback,
       Private.section('Status', this._summary),
       Private.section('Progress', this._progress)
     );
@@ -95,6 +130,8 @@ export class JobDetailView {
     }
     this.node.append(
       Private.section('Checkpoints', this._checkpoints),
+      Private.section('Serving', this._serving),
+      Private.section('Plan', this._plan),
       Private.section('Configuration', this._config)
     );
     if (options.showLogs ?? true) {
@@ -134,7 +171,11 @@ export class JobDetailView {
       this._cancel.disabled = true;
       this._message.style.display = 'none';
       this._error.style.display = 'none';
-      for (const table of [this._summary, this._progress, this._config]) {
+      this._resume.disabled = true;
+      for (const el of [this._queued, this._advice, this._traceback]) {
+        el.style.display = 'none';
+      }
+      for (const table of [this._summary, this._progress, this._config, this._plan, this._serving]) {
         table.replaceChildren();
       }
       this._checkpoints.replaceChildren();
@@ -151,6 +192,15 @@ export class JobDetailView {
     this._message.style.display = job.message ? '' : 'none';
     this._error.textContent = job.error ?? '';
     this._error.style.display = job.error ? '' : 'none';
+    const queued = job.status === 'queued' ? job.queued_reason?.message : null;
+    this._queued.textContent = queued ? `Why queued: ${queued}` : '';
+    this._queued.style.display = queued ? '' : 'none';
+    this._advice.textContent = job.advice ? `${job.error_kind ? `[${job.error_kind}] ` : ''}${job.advice}` : '';
+    this._advice.style.display = job.advice ? '' : 'none';
+    this._tracebackText.textContent = job.traceback ?? '';
+    this._traceback.style.display = job.traceback ? '' : 'none';
+    const checkpointsKnown = (job.checkpoints ?? []).length > 0;
+    this._resume.disabled = this._resuming || isActive(job.status) || !checkpointsKnown;
 
     const ray = job.ray_status && job.ray_status !== job.status ? ` (Ray: ${job.ray_status})` : '';
     Private.fillTable(this._summary, [
@@ -189,18 +239,48 @@ export class JobDetailView {
     if (checkpoints.length) {
       const list = h('ul', { class: `${VIEW_CLASS}-checkpointList` });
       for (const ckpt of checkpoints) {
-        list.appendChild(
-          h(
-            'li',
-            { title: ckpt.path },
-            h('span', null, ckpt.name),
-            ' ',
-            h('code', null, ckpt.path)
-          )
+        const item = h(
+          'li',
+          { title: ckpt.path, 'data-checkpoint': ckpt.name },
+          h('span', null, ckpt.name),
+          ' ',
+          h('code', null, ckpt.path),
+          ' ',
+          Private.copyButton(ckpt.path)
         );
+        if (this._onResume) {
+          const here = h(
+            'button',
+            { type: 'button', class: `${CSS_PREFIX}-button ${VIEW_CLASS}-resumeHere`, title: `Resume from ${ckpt.name}` },
+            'Resume from here'
+          );
+          here.disabled = this._resuming || isActive(job.status);
+          here.addEventListener('click', () => void this._resumeFrom(ckpt));
+          item.append(' ', here);
+        }
+        list.appendChild(item);
       }
       this._checkpoints.appendChild(list);
+      const last = checkpoints[checkpoints.length - 1];
+      const snippet = `from transformers import AutoModelForCausalLM, AutoTokenizer\nmodel = AutoModelForCausalLM.from_pretrained(${JSON.stringify(job.serving?.model_path ?? last.path)})\ntokenizer = AutoTokenizer.from_pretrained(${JSON.stringify(job.serving?.model_path ?? last.path)})`;
+      this._checkpoints.appendChild(
+        h('div', { class: `${VIEW_CLASS}-snippet` }, h('pre', null, snippet), Private.copyButton(snippet))
+      );
     }
+    const serving = job.serving ?? {};
+    Private.fillTable(this._serving, [
+      ['Model path', serving.model_path],
+      ['LoRA adapter path', serving.lora_adapter_path],
+      ['Base model', serving.base_model]
+    ]);
+    const plan = job.plan ?? {};
+    const reasons = (plan.reasons ?? {}) as Record<string, string>;
+    Private.fillTable(
+      this._plan,
+      ['method', 'precision', 'strategy', 'gradient_checkpointing'].map(
+        key => [key, reasons[key] ?? (plan[key] === undefined ? null : String(plan[key]))] as [string, string | null]
+      )
+    );
 
     const spec = (job.spec ?? {}) as Record<string, unknown>;
     Private.fillTable(
@@ -254,8 +334,32 @@ export class JobDetailView {
     }
   };
 
+  private async _resumeFrom(checkpoint: ICheckpoint | undefined): Promise<void> {
+    const job = this._job;
+    if (!job || !this._onResume || this._resuming) {
+      return;
+    }
+    this._resuming = true;
+    this.setJob(job);
+    try {
+      await this._onResume(job, checkpoint);
+    } finally {
+      this._resuming = false;
+      this.setJob(this._job);
+    }
+  }
+
   private _job: IJobDetail | null = null;
   private _cancelling = false;
+  private _resuming = false;
+  private readonly _onResume?: (job: IJobDetail, checkpoint?: ICheckpoint) => void | Promise<unknown>;
+  private readonly _resume: HTMLButtonElement;
+  private readonly _queued: HTMLDivElement;
+  private readonly _advice: HTMLDivElement;
+  private readonly _traceback: HTMLDetailsElement;
+  private readonly _tracebackText: HTMLPreElement;
+  private readonly _plan: HTMLTableElement;
+  private readonly _serving: HTMLTableElement;
   private readonly _onCancel?: (job: IJobDetail) => void | Promise<unknown>;
   private readonly _now: () => number;
   private readonly _title: HTMLSpanElement;
@@ -271,6 +375,23 @@ export class JobDetailView {
 }
 
 namespace Private {
+  /** A button copying `text` to the clipboard. */
+  export function copyButton(text: string): HTMLButtonElement {
+    const button = h(
+      'button',
+      { type: 'button', class: `${CSS_PREFIX}-button ${CSS_PREFIX}-copy`, title: 'Copy to the clipboard' },
+      'Copy'
+    );
+    button.addEventListener('click', () => {
+      void navigator.clipboard?.writeText(text).then(
+        () => (button.textContent = 'Copied'),
+        () => (button.textContent = 'Copy failed')
+      );
+      setTimeout(() => (button.textContent = 'Copy'), 1500);
+    });
+    return button;
+  }
+
   export function section(title: string, body: HTMLElement): HTMLElement {
     return h(
       'section',

@@ -95,11 +95,28 @@ export interface IJobMetrics {
 /** `GET /clusters/{cluster}/jobs/{name}`. */
 export interface IJobDetail extends IJobSummary {
   spec: IJobSpec | Record<string, unknown>;
+  phase?: string | null;
   checkpoint_dir?: string | null;
   checkpoints?: ICheckpoint[];
   metrics?: IJobMetrics | null;
   error?: string | null;
+  /** Classified failure (out_of_memory, dataset, ...) and the product page's advice for it. */
+  error_kind?: string | null;
+  advice?: string | null;
+  traceback?: string | null;
+  /** Why a queued job waits: the resources it asked for against what is free. */
+  queued_reason?: { message?: string; requested?: Record<string, unknown>; free?: Record<string, unknown> } | null;
+  /** The automatic choices (method, precision, strategy, ...) with their reasons. */
+  plan?: { reasons?: Record<string, string>; [key: string]: unknown } | null;
+  /** What the Model Serving page asks for. */
+  serving?: { model_path?: string; lora_adapter_path?: string; base_model?: string } | null;
   log_url?: string;
+}
+
+/** Options of a resume: epochs (default: those that remain) and the checkpoint (default: the latest). */
+export interface IResumeOptions {
+  epochs?: number;
+  checkpoint?: string;
 }
 
 /** Body of `POST /clusters/{cluster}/jobs`. */

@@ -12,6 +12,7 @@ import {
   IJobDetail,
   IJobSpec,
   IJobSummary,
+  IResumeOptions,
   ISchemaBundle
 } from './model';
 import { ITransport, TransportError } from './transport';
@@ -64,6 +65,14 @@ export class RestTransport implements ITransport {
 
   cancelJob(cluster: string, name: string): Promise<IJobDetail> {
     return this._request<IJobDetail>('POST', ['clusters', cluster, 'jobs', name, 'cancel'], {});
+  }
+
+  resumeJob(cluster: string, name: string, options: IResumeOptions = {}): Promise<IJobDetail> {
+    return this._request<IJobDetail>('POST', ['clusters', cluster, 'jobs', name, 'resume'], { ...options });
+  }
+
+  planJob(cluster: string, spec: IJobSpec): Promise<Record<string, unknown>> {
+    return this._request<Record<string, unknown>>('POST', ['clusters', cluster, 'plan'], { ...spec, cluster });
   }
 
   async getLogs(cluster: string, name: string): Promise<string> {

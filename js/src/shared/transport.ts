@@ -10,6 +10,7 @@ import {
   IJobDetail,
   IJobSpec,
   IJobSummary,
+  IResumeOptions,
   ISchemaBundle
 } from './model';
 
@@ -20,6 +21,10 @@ export interface ITransport {
   getJob(cluster: string, name: string): Promise<IJobDetail>;
   createJob(cluster: string, spec: IJobSpec): Promise<IJobDetail>;
   cancelJob(cluster: string, name: string): Promise<IJobDetail>;
+  /** A new job continuing `name` from its latest (or the given) checkpoint. */
+  resumeJob(cluster: string, name: string, options?: IResumeOptions): Promise<IJobDetail>;
+  /** The pre-flight plan of a spec, computed on the cluster without submitting. */
+  planJob(cluster: string, spec: IJobSpec): Promise<Record<string, unknown>>;
   getLogs(cluster: string, name: string): Promise<string>;
   getEvents(cluster: string, name: string, since: number): Promise<IEventsPage>;
   getSchema(): Promise<ISchemaBundle>;
