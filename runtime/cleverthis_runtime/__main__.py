@@ -105,6 +105,7 @@ def run(spec: JobSpec, job: str) -> None:
 
 
 def main() -> int:
+    events.keep_in_ray_logs()
     events.set_source("driver")
     raw = os.environ.get("CLEVERTHIS_SPEC")
     if not raw:

@@ -197,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--revision", default=None)
     a = ap.parse_args(sys.argv[1:] if argv is None else argv)
     events.set_source("download")
+    events.keep_in_ray_logs()
     import ray
 
     ray.init()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -40,6 +41,21 @@ def emit(type_: str, **fields: Any) -> dict[str, Any]:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
     return event
+
+
+def keep_in_ray_logs() -> None:
+    """Exempt event lines from Ray's log deduplication (call before importing ray in a job's driver).
+
+    Ray drops a worker's log line when another process printed a line that is the same once every word
+    containing a digit is removed, within 5 s: every event line reduces to the bare prefix, so with two
+    workers, or a restarted worker group, events would be lost. The driver is where worker logs are
+    deduplicated, so this is set there.
+    """
+    pattern = re.escape(PREFIX.strip())
+    current = os.environ.get("RAY_DEDUP_LOGS_ALLOW_REGEX")
+    if current and pattern not in current:
+        pattern = f"{current}|{pattern}"
+    os.environ["RAY_DEDUP_LOGS_ALLOW_REGEX"] = pattern
 
 
 def to_line(event: dict[str, Any]) -> str:
