@@ -38,7 +38,7 @@ async def test_job_routes_on_a_running_job(jp_fetch, jp_ws_fetch, ray_cluster, t
     api = ("cleverthis", "api", "clusters", "local")
     spec = {"name": job_name, "base_model": tiny_model, "dataset_path": str(dataset), "epochs": 50,
             "batch_size": 4, "workers": 1}
-    resp = await jp_fetch(*api, "jobs", method="POST", body=json.dumps(spec))
+    resp = await jp_fetch(*api, "jobs", method="POST", body=json.dumps(spec), request_timeout=180)
     assert resp.code == 201
     created = await _json(resp)
     assert created["name"] == job_name and created["owner"]
@@ -47,7 +47,7 @@ async def test_job_routes_on_a_running_job(jp_fetch, jp_ws_fetch, ray_cluster, t
     nobody = await _json(await jp_fetch(*api, "jobs", params={"owner": "nobody-else"}))
     assert nobody == {"jobs": [], "total": 0}
     with pytest.raises(HTTPClientError) as dup:
-        await jp_fetch(*api, "jobs", method="POST", body=json.dumps(spec))
+        await jp_fetch(*api, "jobs", method="POST", body=json.dumps(spec), request_timeout=180)
     assert dup.value.code == 409 and json.loads(dup.value.response.body)["code"] == "job_exists"
 
     async def detail():
@@ -89,7 +89,7 @@ async def test_job_routes_on_a_running_job(jp_fetch, jp_ws_fetch, ray_cluster, t
     d = await _until(detail, lambda d: d["status"] == "cancelled")
     assert d["status"] == "cancelled"
     done = d["checkpoints"][-1]["epoch"]
-    resp = await jp_fetch(*api, "jobs", job_name, "resume", method="POST", body="{}")
+    resp = await jp_fetch(*api, "jobs", job_name, "resume", method="POST", body="{}", request_timeout=180)
     resumed = await _json(resp)
     assert resp.code == 201 and resumed["name"] == f"{job_name}-resume-1"
     assert resumed["base_model"] == d["checkpoints"][-1]["path"] and resumed["epochs"] == 50 - done
@@ -107,7 +107,7 @@ async def test_job_routes_on_a_running_job(jp_fetch, jp_ws_fetch, ray_cluster, t
 async def test_plan_and_feasibility(jp_fetch, ray_cluster, tiny_model, dataset, tmp_path, job_name):
     api = ("cleverthis", "api", "clusters", "local")
     spec = {"name": job_name, "base_model": tiny_model, "dataset_path": str(dataset), "workers": 1}
-    plan = await _json(await jp_fetch(*api, "plan", method="POST", body=json.dumps(spec)))
+    plan = await _json(await jp_fetch(*api, "plan", method="POST", body=json.dumps(spec), request_timeout=180))
     assert plan["errors"] == []
     assert plan["dataset"]["format"] == "instruction" and plan["dataset"]["examples"] == 158
     assert plan["token_lengths"]["max"] <= 128 and plan["token_lengths"]["mean"] > 0
@@ -116,14 +116,14 @@ async def test_plan_and_feasibility(jp_fetch, ray_cluster, tiny_model, dataset, 
     # feasibility at create: the dataset must exist on the cluster (checked there), error names the field
     bad = {**spec, "dataset_path": str(tmp_path / "missing")}
     with pytest.raises(HTTPClientError) as e:
-        await jp_fetch(*api, "jobs", method="POST", body=json.dumps(bad))
+        await jp_fetch(*api, "jobs", method="POST", body=json.dumps(bad), request_timeout=180)
     body = json.loads(e.value.response.body)
     assert e.value.code == 422 and body["details"]["errors"][0]["field"] == "dataset_path"
     assert str(tmp_path / "missing") in body["message"]
     broken = dataset / "train.jsonl"
     broken.write_text(broken.read_text() + "{oops\n")
     with pytest.raises(HTTPClientError) as e:
-        await jp_fetch(*api, "jobs", method="POST", body=json.dumps(spec))
+        await jp_fetch(*api, "jobs", method="POST", body=json.dumps(spec), request_timeout=180)
     assert e.value.code == 422 and "line 159: broken JSON" in json.loads(e.value.response.body)["message"]
 
 
