@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import errno
 import json
-import math
 import os
 import re
 import shutil
@@ -211,7 +210,7 @@ def stop_grace_seconds(base_model: str, method: str | None = None, override: flo
         return int(override)
     params = estimate_parameters(base_model) or 7e9
     write_s = checkpoint_bytes(params, method or "lora") / WRITE_BYTES_PER_S
-    return int(min(GRACE_CAP_S, max(GRACE_FLOOR_S, math.ceil(GRACE_FLOOR_S + 2 * write_s))))
+    return int(min(GRACE_CAP_S, GRACE_FLOOR_S + round(2 * write_s)))
 
 
 def _fsync_tree(p: Path) -> None:

@@ -42,9 +42,12 @@ def offline() -> bool:
 
 
 def cache_dir() -> str:
-    from huggingface_hub import constants
-
-    return str(constants.HF_HUB_CACHE)
+    """This node's Hub cache, read from the environment now (huggingface_hub reads it once, at import)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface")
+    return os.path.join(home, "hub")
 
 
 def cached_snapshot(repo_id: str, revision: str | None = None) -> str | None:
@@ -52,7 +55,7 @@ def cached_snapshot(repo_id: str, revision: str | None = None) -> str | None:
     from huggingface_hub import snapshot_download
 
     try:
-        path = snapshot_download(repo_id, revision=revision, local_files_only=True)
+        path = snapshot_download(repo_id, revision=revision, local_files_only=True, cache_dir=cache_dir())
     except Exception:  # LocalEntryNotFoundError, a missing snapshot folder...
         return None
     return path if os.path.isdir(path) and os.listdir(path) else None
@@ -102,7 +105,7 @@ def download(repo_id: str, revision: str | None = None, emit: Any = None) -> str
     """Fetch a model into this node's cache (what the product page calls model.download); returns its folder."""
     from huggingface_hub import snapshot_download
 
-    kwargs: dict[str, Any] = {"revision": revision, "ignore_patterns": IGNORE}
+    kwargs: dict[str, Any] = {"revision": revision, "ignore_patterns": IGNORE, "cache_dir": cache_dir()}
     if emit is not None:
         kwargs["tqdm_class"] = _progress_class(emit, repo_id)
     return str(snapshot_download(repo_id, **kwargs))
