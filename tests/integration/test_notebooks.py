@@ -30,3 +30,25 @@ def test_example_notebook_runs(nb_path, ray_cluster, tiny_model):
         assert len(widgets) >= 6  # progress, curves, detail, list, form
     if nb_path.stem == "datasets":
         assert text.count("succeeded") == 2 and "arrow/checkpoints" in text
+
+
+def test_a_new_kernel_attaches_to_a_job_with_its_history(ray_cluster, tiny_model, dataset, job_name):
+    """A kernel restart loses nothing: Job.attach in a fresh kernel brings back status, metrics, checkpoints."""
+    from jupyter_cleverthis.service.jobs import JobService
+    from jupyter_cleverthis.spec import JobSpec
+
+    svc = JobService()
+    svc.create(JobSpec(name=job_name, base_model=tiny_model, dataset_path=str(dataset), epochs=1, batch_size=8,
+                       workers=1))
+    steps = len([e for e in svc.events("local", job_name) if e["type"] == "step"])
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "from jupyter_cleverthis import Job\n"
+        f"job = Job.attach({job_name!r}, cluster='local')\n"
+        "d = job.wait(timeout=600)\n"
+        "print('ATTACHED', d.status.value, len(job.metrics()), [c.name for c in job.checkpoints])"
+    )]
+    NotebookClient(nb, timeout=900, kernel_name="python3").execute()
+    out = nb.cells[0].outputs[0]["text"]
+    status, n_steps, ckpts = out.split("ATTACHED ")[1].split(" ", 2)
+    assert status == "succeeded" and int(n_steps) >= max(steps, 1) and "epoch-1" in ckpts
