@@ -69,3 +69,17 @@ def wait_for_step(svc: JobService, name: str, step: int, timeout: float = 300) -
     evs = wait_for(svc, name, lambda evs: any(e["type"] == "step" and e["step"] >= step for e in evs), timeout,
                    f"step {step}")
     return max(e["step"] for e in evs if e["type"] == "step")
+
+
+def make_cached_model(hf_home: Path, repo_id: str, files_from: Path) -> Path:
+    """A Hub cache entry made by hand (models--org--name/refs/main + snapshots/<commit>/), as
+    huggingface_hub's snapshot_download reads it: nothing can be downloaded here."""
+    import shutil
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = hf_home / "hub" / ("models--" + repo_id.replace("/", "--"))
+    snap = repo / "snapshots" / commit
+    shutil.copytree(files_from, snap)
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text(commit)
+    return snap

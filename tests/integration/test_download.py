@@ -1,0 +1,60 @@
+"""`%train download` on a real Ray cluster: one task per node, the cache-hit path, the offline error, and a
+job whose Hub model is cached starting without a download. Nothing can be downloaded here: the Hub cache is
+made by hand (see tests/unit/test_model_cache.py), and HF_HUB_OFFLINE=1 is set for the whole test run."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from jupyter_cleverthis.service.jobs import JobService
+from jupyter_cleverthis.spec import JobSpec, JobStatus
+
+from .training_helpers import make_cached_model
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def hf_home(tmp_path, monkeypatch) -> Path:
+    """HF_HOME travels with the jobs this test submits (the job service passes it through)."""
+    home = tmp_path / "hf"
+    home.mkdir()
+    monkeypatch.setenv("HF_HOME", str(home))
+    return home
+
+
+def test_download_fans_out_per_node_cache_hit_and_offline_error(ray_cluster, tiny_model, hf_home, capsys):
+    from jupyter_cleverthis.cli import main
+
+    repo = f"cleverthis-test/tiny-{uuid.uuid4().hex[:8]}"
+    snap = make_cached_model(hf_home, repo, Path(tiny_model))
+    svc = JobService()
+    res = svc.download("local", repo)
+    assert res["ok"] is True and res["model"] == repo
+    nodes = res["nodes"]
+    assert len(nodes) >= 1 and all(n["status"] == "cached" and n["path"] == str(snap) for n in nodes)
+    assert len({n["node_id"] for n in nodes}) == len(nodes) and nodes[0]["bytes"] > 0
+
+    missing = f"cleverthis-test/missing-{uuid.uuid4().hex[:8]}"
+    rc = main(["download", missing])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert f"{missing}: NOT available on every node" in out
+    assert f"model '{missing}' is not in the model cache of node" in out
+    assert f"`%train download {missing} --cluster C`" in out and "HF_HUB_OFFLINE=1" in out
+
+
+def test_job_with_a_cached_hub_model_starts_without_download(ray_cluster, tiny_model, dataset, hf_home, job_name):
+    repo = f"cleverthis-test/tiny-{uuid.uuid4().hex[:8]}"
+    make_cached_model(hf_home, repo, Path(tiny_model))
+    svc = JobService()
+    svc.create(JobSpec(name=job_name, base_model=repo, dataset_path=str(dataset), epochs=1, batch_size=16,
+                       workers=1), check=False)
+    d = svc.wait("local", job_name, poll=0.5, timeout=300)
+    assert d.status == JobStatus.SUCCEEDED, d.error
+    phases = [e["phase"] for e in svc.events("local", job_name) if e["type"] == "phase"]
+    assert "downloading" not in phases and "loading_model" in phases
+    assert d.serving["base_model"] == repo and d.checkpoints[-1].name == "epoch-1"
