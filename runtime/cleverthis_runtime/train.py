@@ -9,8 +9,9 @@ resume files (optimizer, LR scheduler, the RNG state of every rank, `trainer_sta
 step and epoch). Resuming loads the ORIGINAL base model plus the trainable adapter (LoRA) or the full
 weights, then hands `training_state/` to `Trainer.train(resume_from_checkpoint=...)`, which restores the
 optimizer, scheduler, step and RNG and skips the batches already seen (the data order is seeded per epoch),
-so 1 epoch + resume 1 epoch equals 2 epochs straight. The total number of epochs is the checkpoint's
-completed epochs plus the job's `epochs`. When the effective batch (batch size x workers x accumulation) or
+so 1 epoch + resume 1 epoch equals 2 epochs straight. The total number of epochs is the starting
+checkpoint's completed epochs plus the job's `epochs` (after a worker failure, the restarted workers keep
+that plan and continue from the job's newest checkpoint). When the effective batch (batch size x workers x accumulation) or
 the number of examples differ from the checkpoint's, the position cannot carry over: the job warm-starts
 from the weights (and says so in a `warning` event).
 """
@@ -174,7 +175,13 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
              base_model=orig_base, base_loaded=base_how)
 
     use_gpu = spec.gpus_per_worker > 0 and torch.cuda.is_available()
-    total_epochs = completed + spec.epochs if resume == "exact" else spec.epochs
+    # The job's plan: the epochs completed at its starting checkpoint plus its `epochs` (a recovery keeps it).
+    start_epoch = config.get("start_epoch")
+    if start_epoch is None:
+        first = checkpoints.read_meta(config["resume_from"]) if config.get("resume_from") else None
+        start_epoch = int((first or {}).get("epoch", 0))
+    planned = int(start_epoch) + spec.epochs
+    total_epochs = planned if resume == "exact" else max(1, planned - completed)
     workdir = tempfile.mkdtemp(prefix=f"cleverthis-{job}-")
     args = TrainingArguments(
         output_dir=workdir,
@@ -212,7 +219,7 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
         step_offset=0 if exact or not meta else int(meta.get("global_step", 0)),
         meta={"job": job, "method": plan.method, "base_model": orig_base, "resumed_from": source,
               "total_batch": total_batch, "world_size": world, "examples": len(train_rows), "seed": tc.seed,
-              "planned_epochs": (completed if not exact and meta else 0) + total_epochs},
+              "planned_epochs": planned},
         control=control, torch=torch,
     )
     trainer = _trainer_class()(

@@ -36,7 +36,7 @@ class StopAfter(WorkerControl):
         return self.calls >= self.n
 
 
-def _job(name: str, out: Path, epochs: int, base: str, control: WorkerControl | None = None,
+def _job(name: str, out: Path, epochs: int, base: str, control: WorkerControl | None = None, attempt: int = 1,
          **tc_overrides) -> dict:
     from cleverthis_runtime.train import run
 
@@ -48,7 +48,7 @@ def _job(name: str, out: Path, epochs: int, base: str, control: WorkerControl | 
     checkpoints.claim(str(out), name, resuming_from=base if meta else None)
     config = {"spec": spec.model_dump(mode="json"), "training_config": tc.model_dump(mode="json"),
               "checkpoint_dir": str(out), "job": name, "resume_from": base if meta else None}
-    return run(config, control=control)
+    return run(config, control=control, attempt=attempt)
 
 
 def _max_diff(a: Path, b: Path) -> float:
@@ -116,6 +116,21 @@ def test_mid_epoch_stop_saves_the_exact_position_and_resumes_exactly(straight, t
     assert r2["resume"] == "exact" and r2["global_step"] == 40
     assert _max_diff(straight / "epoch-2" / ADAPTER, out / "epoch-2" / ADAPTER) <= 1e-4
     assert os.readlink(out / "epoch-final") == "epoch-2"
+
+
+def test_restarted_workers_continue_from_the_jobs_newest_checkpoint(straight, tiny, tmp_path, capsys):
+    """What the workers do after a failure (attempt 2): keep the job's plan, continue from its newest checkpoint."""
+    out = tmp_path / "checkpoints"
+    _job("rec", out, 2, tiny, control=StopAfter(STEPS_PER_EPOCH + 5))  # leaves epoch-1 and epoch-2-step-25
+    (out / ".tmp-epoch-2-deadbeef").mkdir()  # a write cut short by the failure
+    capsys.readouterr()
+    r = _job("rec", out, 2, tiny, attempt=2)
+    assert r["resume"] == "exact" and r["global_step"] == 2 * STEPS_PER_EPOCH
+    log = capsys.readouterr().out
+    assert '"type":"recovery"' in log and '"checkpoint_name":"epoch-2-step-25"' in log
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [
+        "epoch-1", "epoch-2", "epoch-2-step-25", "epoch-final", "latest"]
+    assert _max_diff(straight / "epoch-2" / ADAPTER, out / "epoch-2" / ADAPTER) <= 1e-4
 
 
 def test_a_warm_start_is_not_exact(straight, tiny, tmp_path):
