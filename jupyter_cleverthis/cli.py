@@ -105,26 +105,23 @@ def build_parser(prog: str = "cleverthis-train") -> argparse.ArgumentParser:
     return p
 
 
-def _int(flag: str) -> Callable[[str], int]:
-    def conv(v: str) -> int:
+def _number(flag: str, kind: type, expected: str) -> Callable[[str], Any]:
+    def conv(v: str) -> Any:
         try:
-            return int(v)
+            return kind(v)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got '{v}'") from None
+            raise argparse.ArgumentTypeError(f"expected {expected}, got '{v}'") from None
 
     conv.__name__ = flag
     return conv
+
+
+def _int(flag: str) -> Callable[[str], int]:
+    return _number(flag, int, "a whole number")
 
 
 def _float(flag: str) -> Callable[[str], float]:
-    def conv(v: str) -> float:
-        try:
-            return float(v)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got '{v}'") from None
-
-    conv.__name__ = flag
-    return conv
+    return _number(flag, float, "a number")
 
 
 def parse(argv: Sequence[str], prog: str = "cleverthis-train") -> argparse.Namespace:

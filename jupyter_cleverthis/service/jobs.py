@@ -118,81 +118,69 @@ class JobService:
         return {"py_modules": [str(Path(cleverthis_runtime.__file__).parent)],
                 "env_vars": {**env_vars, **_passthrough_env()}}
 
+    def _short_job(self, cluster: str, *, kind: str, entrypoint: str, runtime_env: dict[str, Any], answer: str,
+                   timeout: float, what: str, metadata: dict[str, str] | None = None,
+                   progress: tuple[tuple[str, ...], Any] | None = None) -> dict[str, Any]:
+        """Run a helper Ray job (pre-flight, download) to its end, deleting it after; return its `answer` event.
+
+        `progress` = (event types, callback) streams those events while the job runs.
+        """
+        from cleverthis_runtime.events import parse_events
+
+        self.ensure_running(cluster)
+        client = self.client(cluster)
+        sid = f"cleverthis-{kind}-{uuid.uuid4().hex[:12]}"
+        client.submit_job(entrypoint=entrypoint, submission_id=sid, runtime_env=runtime_env,
+                          metadata={MARK: kind, **(metadata or {})})
+        end = time.time() + timeout
+        seen = 0
+        try:
+            while True:
+                status = str(client.get_job_status(sid))
+                if progress is not None:
+                    types, callback = progress
+                    evs = [e for e in parse_events(str(client.get_job_logs(sid)).splitlines()) if e["type"] in types]
+                    for e in evs[seen:]:
+                        callback(e)
+                    seen = max(seen, len(evs))
+                if status.endswith(("SUCCEEDED", "FAILED", "STOPPED")):
+                    break
+                if time.time() > end:
+                    raise ClusterError(f"{what} did not finish within {timeout:.0f}s (is the cluster's head node busy?)")
+                time.sleep(0.2 if progress is None else 0.5)
+            text = str(client.get_job_logs(sid))
+        finally:
+            try:  # best effort: a finished helper job is only clutter
+                client.stop_job(sid)
+                client.delete_job(sid)
+            except Exception:
+                pass
+        found = [e for e in parse_events(text.splitlines()) if e["type"] == answer]
+        if not found:
+            raise ClusterError(f"{what} failed on the cluster: {_short_message(text) or status}")
+        return {k: v for k, v in found[-1].items() if k not in ("src", "seq", "t", "type")}
+
     def download(self, cluster: str, model: str, *, revision: str | None = None, timeout: float = 4 * 3600.0,
                  on_progress: Any = None) -> dict[str, Any]:
         """`%train download MODEL`: fetch a Hub model into the model cache of every node (one task pinned to each
         node, run as a short Ray job); returns {model, ok, nodes: [per-node result]}."""
         import shlex
 
-        self.ensure_running(cluster)
-        client = self.client(cluster)
-        sid = f"cleverthis-download-{uuid.uuid4().hex[:12]}"
         cmd = f"{DOWNLOAD_ENTRYPOINT} {shlex.quote(model)}" + (f" --revision {shlex.quote(revision)}" if revision else "")
-        client.submit_job(entrypoint=cmd, submission_id=sid, metadata={MARK: "download", "model": model},
-                          runtime_env={"py_modules": [str(Path(cleverthis_runtime.__file__).parent)],
-                                       "env_vars": {"PYTHONUNBUFFERED": "1", **_passthrough_env()}})
-        from cleverthis_runtime.events import parse_events
-
-        end = time.time() + timeout
-        seen = 0
-        try:
-            while True:
-                status = str(client.get_job_status(sid))
-                if on_progress is not None:
-                    evs = [e for e in parse_events(str(client.get_job_logs(sid)).splitlines())
-                           if e["type"] in ("download_progress", "download_done")]
-                    for e in evs[seen:]:
-                        on_progress(e)
-                    seen = max(seen, len(evs))
-                if status.endswith(("SUCCEEDED", "FAILED", "STOPPED")):
-                    break
-                if time.time() > end:
-                    raise ClusterError(f"downloading {model} did not finish within {timeout:.0f}s")
-                time.sleep(0.5)
-            text = str(client.get_job_logs(sid))
-        finally:
-            try:
-                client.stop_job(sid)
-                client.delete_job(sid)
-            except Exception:  # best effort: a finished download job is only clutter
-                pass
-        found = [e for e in parse_events(text.splitlines()) if e["type"] == "download"]
-        if not found:
-            raise ClusterError(f"the download job failed on the cluster: {_short_message(text) or status}")
-        return {k: v for k, v in found[-1].items() if k not in ("src", "seq", "t", "type")}
+        return self._short_job(
+            cluster, kind="download", entrypoint=cmd, answer="download", timeout=timeout,
+            what=f"downloading {model}", metadata={"model": model},
+            runtime_env={"py_modules": [str(Path(cleverthis_runtime.__file__).parent)],
+                         "env_vars": {"PYTHONUNBUFFERED": "1", **_passthrough_env()}},
+            progress=(("download_progress", "download_done"), on_progress) if on_progress is not None else None,
+        )
 
     def preflight(self, spec: JobSpec, *, quick: bool = False, timeout: float = 120.0) -> dict[str, Any]:
         """Run the runtime's pre-flight on the cluster (a short Ray job on the head node) and return its answer."""
-        self.ensure_running(spec.cluster)
-        client = self.client(spec.cluster)
-        sid = f"cleverthis-preflight-{uuid.uuid4().hex[:12]}"
-        client.submit_job(entrypoint=PREFLIGHT_ENTRYPOINT + (" --quick" if quick else ""), submission_id=sid,
-                          runtime_env=self._runtime_env(spec), metadata={MARK: "preflight"})
-        end = time.time() + timeout
-        try:
-            while True:
-                status = str(client.get_job_status(sid))
-                if status.endswith(("SUCCEEDED", "FAILED", "STOPPED")):
-                    break
-                if time.time() > end:
-                    client.stop_job(sid)
-                    raise ClusterError(f"the pre-flight check did not finish within {timeout:.0f}s "
-                                       f"(is the cluster's head node busy?)")
-                time.sleep(0.2)
-            text = client.get_job_logs(sid)
-        finally:
-            try:
-                client.stop_job(sid)
-                client.delete_job(sid)
-            except Exception:  # best effort: a finished preflight job is only clutter
-                pass
-        from cleverthis_runtime.events import parse_events
-
-        found = [e for e in parse_events(text.splitlines()) if e["type"] == "preflight"]
-        if not found:
-            raise ClusterError(f"the pre-flight check failed on the cluster: {_short_message(text) or status}")
-        result = {k: v for k, v in found[-1].items() if k not in ("src", "seq", "t", "type")}
-        return result
+        return self._short_job(
+            spec.cluster, kind="preflight", entrypoint=PREFLIGHT_ENTRYPOINT + (" --quick" if quick else ""),
+            runtime_env=self._runtime_env(spec), answer="preflight", timeout=timeout, what="the pre-flight check",
+        )
 
     def create(self, spec: JobSpec, *, owner: str | None = None, check: bool = True) -> JobDetail:
         """Validate (schema), check feasibility on the cluster, then submit. Raises with the field that is wrong."""

@@ -69,14 +69,7 @@ class JobsWidget(anywidget.AnyWidget):
 
     # -- refresh loop -------------------------------------------------------------------------------------------
     def start(self) -> None:
-        try:
-            loop = asyncio.get_event_loop()
-        except RuntimeError:
-            loop = None
-        if loop is not None and loop.is_running():
-            self._task = loop.create_task(self._loop())
-        else:  # plain Python: one synchronous refresh
-            self.refresh()
+        self._task = on_kernel_loop(self._loop, self.refresh)
 
     def stop(self) -> None:
         if self._task is not None:
@@ -188,6 +181,18 @@ class JobsWidget(anywidget.AnyWidget):
         raise CleverThisError(f"unknown action '{action}'")
 
     created: Job | None = None
+
+
+def on_kernel_loop(loop_fn: Any, fallback: Any) -> asyncio.Task[None] | None:
+    """Schedule `loop_fn()` on the running event loop (the kernel's); without one, call `fallback()` once."""
+    try:
+        loop = asyncio.get_event_loop()
+    except RuntimeError:
+        loop = None
+    if loop is not None and loop.is_running():
+        return loop.create_task(loop_fn())
+    fallback()
+    return None
 
 
 def job_name(job: Job | str) -> str:

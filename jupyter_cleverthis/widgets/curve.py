@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from ..cli import fmt_duration
 from ..job import Job, default_service
 from ..service.jobs import JobService
+from .base import on_kernel_loop
 from .hints import interpret
 
 log = logging.getLogger(__name__)
@@ -42,15 +43,7 @@ class LossCurve(w.VBox):
         super().__init__([self.figure, self.status])
         self.hints: dict[str, tuple[str, str] | None] = {}
         self._last_update = 0.0
-        self._task: asyncio.Task[None] | None = None
-        try:
-            loop = asyncio.get_event_loop()
-        except RuntimeError:
-            loop = None
-        if loop is not None and loop.is_running():
-            self._task = loop.create_task(self._loop())
-        else:
-            self.refresh()
+        self._task: asyncio.Task[None] | None = on_kernel_loop(self._loop, self.refresh)
 
     def refresh(self) -> bool:
         """Fetch every job's downsampled curve and redraw in one batch; True when all jobs have ended."""

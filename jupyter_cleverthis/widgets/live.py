@@ -10,6 +10,7 @@ from typing import Any
 import ipywidgets as w
 
 from ..cli import progress_line
+from .base import on_kernel_loop
 
 log = logging.getLogger(__name__)
 
@@ -23,12 +24,7 @@ class JobProgress(w.VBox):
         self.line = w.HTML(value=f"<code>[{html.escape(job.name)}] submitted</code>")
         self.line.add_class("jp-CleverThis-progress")
         super().__init__([self.line])
-        self.task: asyncio.Task[None] | None = None
-        try:
-            loop = asyncio.get_event_loop()
-            self.task = loop.create_task(self._poll())
-        except RuntimeError:  # no event loop (plain Python): render once
-            self.refresh()
+        self.task: asyncio.Task[None] | None = on_kernel_loop(self._poll, self.refresh)
 
     def refresh(self) -> Any:
         d = self.job.detail()
