@@ -105,7 +105,7 @@ class JobService:
 
     def _runtime_env(self, spec: JobSpec) -> dict[str, Any]:
         env_vars = {
-            "CLEVERTHIS_SPEC": spec.model_dump_json(),
+            "CLEVERTHIS_SPEC": _spec_json(spec),
             "CLEVERTHIS_JOB": spec.name,
             "PYTHONUNBUFFERED": "1",
             "TOKENIZERS_PARALLELISM": "false",
@@ -519,6 +519,17 @@ def _serving_values(d: JobDetail, original_base: str | None = None) -> dict[str,
         out["lora_adapter_path"] = os.path.join(final, "adapter_model")
         out["base_model"] = original_base or (d.spec or {}).get("base_model")
     return out
+
+
+def _spec_json(spec: JobSpec) -> str:
+    """The spec as the runtime reads it: training_config holds only the keys the user set, so that the
+    dataset's training_config.json keeps every other key (a bare dump would override them with defaults)."""
+    import json
+
+    data = spec.model_dump(mode="json")
+    if spec.training_config is not None:
+        data["training_config"] = spec.training_config.model_dump(mode="json", exclude_unset=True)
+    return json.dumps(data)
 
 
 def _passthrough_env() -> dict[str, str]:
