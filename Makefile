@@ -7,7 +7,7 @@ STAMP := $(VENV)/.cleverthis-installed
 # Tools the steps call by name (jupyter-builder, jupyter, ray) come from the project's venv.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: install demo test lint test-unit test-integration test-js bench clean
+.PHONY: install demo test lint test-unit test-integration test-js bench clean chromium
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +31,11 @@ lint: install
 test-js: install
 	cd js && npm test
 
-test: lint test-js
+# The UI tests (tests/ui) drive Debian's Chromium with Playwright (never `playwright install`).
+chromium:
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+
+test: lint test-js chromium
 	$(PY) -m pytest -q -ra
 
 bench: install

@@ -87,6 +87,17 @@ describe('parseFieldValue', () => {
 });
 
 describe('SchemaForm', () => {
+  it('sets the pattern attribute only when the browser can compile it', () => {
+    const f = new SchemaForm({
+      type: 'object',
+      properties: { ok: { type: 'string', pattern: '^[a-z]+$' }, dash: { type: 'string', pattern: '^[a-z._-]+$' } }
+    });
+    expect(f.input('ok')!.getAttribute('pattern')).toBe('^[a-z]+$');
+    expect(f.input('dash')!.hasAttribute('pattern')).toBe(false);
+    (f.input('dash') as HTMLInputElement).value = 'a/b';
+    expect(f.getValue().errors).toEqual([{ field: 'dash', message: 'Must match the pattern ^[a-z._-]+$' }]);
+  });
+
   function form() {
     const f = new SchemaForm(JOB_SPEC_SCHEMA, { exclude: EXCLUDE });
     document.body.appendChild(f.node);
@@ -106,7 +117,9 @@ describe('SchemaForm', () => {
     expect(epochs.max).toBe('1000');
     expect(epochs.value).toBe('1');
     expect((f.input('batch_size') as HTMLInputElement).min).toBe('1');
-    expect(f.input('name')!.getAttribute('pattern')).toBe('^[a-z0-9][a-z0-9-]{0,62}$');
+    // `[a-z0-9-]` is valid with the `u` flag but not with `v`, which browsers use for the `pattern`
+    // attribute (Chromium ignores it with a console error): left off, still checked by parseFieldValue.
+    expect(f.input('name')!.hasAttribute('pattern')).toBe(false);
     expect(f.row('name')!.querySelector('label')!.textContent).toContain('Job name');
     expect(f.row('name')!.textContent).toContain('Unique job name');
     // Description and generated hints read as sentences.

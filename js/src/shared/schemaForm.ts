@@ -448,7 +448,9 @@ export class SchemaForm {
           max: isNumber ? Private.upperBound(field) : undefined,
           minlength: field.minLength,
           maxlength: field.maxLength,
-          pattern: field.pattern,
+          // Only when the browser accepts it: an invalid `pattern` attribute is ignored with a console
+          // error (the value is still checked against the schema's pattern in `parseFieldValue`).
+          pattern: field.pattern && Private.isHtmlPattern(field.pattern) ? field.pattern : undefined,
           placeholder:
             field.hasDefault && field.default !== null && field.default !== undefined
               ? String(field.default)
@@ -641,6 +643,20 @@ namespace Private {
       parts.push(`Default: ${typeof field.default === 'object' ? JSON.stringify(field.default) : String(field.default)}.`);
     }
     return parts.join(' ');
+  }
+
+  /**
+   * Whether a pattern is valid as an HTML `pattern` attribute, which browsers
+   * compile with the `v` flag: e.g. `[a-z_-]` (an unescaped `-` in a class,
+   * common in JSON Schemas) is valid with `u` but not with `v`.
+   */
+  export function isHtmlPattern(pattern: string): boolean {
+    try {
+      new RegExp(`^(?:${pattern})$`, 'v');
+      return true;
+    } catch {
+      return false;
+    }
   }
 
   /** Compile a JSON-Schema pattern (ECMA-262 dialect, unanchored); null if JS cannot parse it. */

@@ -1,0 +1,168 @@
+"""The Training sidebar in a real JupyterLab: create, watch, inspect and cancel jobs on the test run's cluster."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytest.importorskip("playwright.sync_api", reason="playwright is missing (pip install -e '.[dev]')")
+
+from playwright.sync_api import Locator, Page, expect  # noqa: E402
+
+from .helpers import (  # noqa: E402
+    JOB_DONE_S,
+    assert_no_console_errors,
+    field,
+    fill_fields,
+    open_training_panel,
+    plot_points,
+    set_theme,
+    unique,
+)
+
+pytestmark = pytest.mark.integration
+
+BADGE = ".jp-CleverThis-badge"
+PREFLIGHT_MS = 180_000  # a create runs a pre-flight Ray job first: seconds when idle, more on a loaded machine
+
+
+def open_create_dialog(page: Page, panel: Locator) -> Locator:
+    panel.get_by_role("button", name="Create Job").click()
+    dialog = page.locator(".jp-CleverThis-CreateJobDialog")
+    expect(dialog.locator(".jp-CleverThis-SchemaForm")).to_be_visible()  # the schema has loaded
+    return dialog
+
+
+def create_job(page: Page, panel: Locator, values: dict[str, object]) -> None:
+    dialog = open_create_dialog(page, panel)
+    fill_fields(dialog, values)
+    dialog.locator(".jp-Dialog-footer").get_by_role("button", name="Create").click()
+    expect(dialog).to_be_hidden(timeout=PREFLIGHT_MS)  # closes once the server has run the pre-flight and submitted
+
+
+def job_row(panel: Locator, name: str) -> Locator:
+    return panel.locator(f'.jp-CleverThis-JobTable-row[data-name="{name}"]')
+
+
+def detail_badge(panel: Locator) -> Locator:
+    return panel.locator(f".jp-CleverThis-JobDetail-header {BADGE}")
+
+
+def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_errors, tiny_model, dataset) -> None:
+    panel = open_training_panel(page)
+    expect(panel.locator(".jp-CleverThis-clusterStatus")).to_have_attribute("data-status", "running")
+    expect(panel.locator(".jp-CleverThis-clusterSelect option:checked")).to_have_text("local (running)")
+    shots("panel")
+
+    # The Create Job dialog: both tabs and the page's defaults.
+    dialog = open_create_dialog(page, panel)
+    expect(dialog.get_by_role("tab")).to_have_text(["Training", "Fine-tuning"])
+    for name, default in {"epochs": "3", "batch_size": "32", "base_model": "meta-llama/Llama-2-7b-hf",
+                          "dataset_path": "/datasets/training"}.items():
+        expect(field(dialog, name).locator("input")).to_have_value(default)
+    expect(field(dialog, "epochs").locator("label")).to_have_text("Epochs")
+    expect(field(dialog, "batch_size").locator("label")).to_have_text("Batch Size")
+    expect(field(dialog, "base_model").locator("label")).to_have_text("Base Model")
+    expect(field(dialog, "dataset_path").locator("label")).to_have_text("Dataset Path")
+    dialog.get_by_role("tab", name="Training", exact=True).click()
+    expect(dialog.get_by_role("tab", name="Training", exact=True)).to_have_attribute("aria-selected", "true")
+    dialog.get_by_role("tab", name="Fine-tuning").click()
+    expect(dialog.get_by_role("tab", name="Fine-tuning")).to_have_attribute("aria-selected", "true")
+    shots("create-dialog")
+
+    # Invalid values: each error under its own field, and the dialog stays open.
+    fill_fields(dialog, {"name": "bad/name", "epochs": 0})
+    dialog.locator(".jp-Dialog-footer").get_by_role("button", name="Create").click()
+    expect(field(dialog, "epochs").locator(".jp-CleverThis-fieldError")).to_have_text(re.compile("at least 1"))
+    expect(field(dialog, "name").locator(".jp-CleverThis-fieldError")).to_have_text(re.compile("pattern"))
+    expect(field(dialog, "batch_size").locator(".jp-CleverThis-fieldError")).to_have_count(0)
+    expect(dialog).to_be_visible()
+    shots("create-dialog-errors")
+    # An error only the server finds (its pre-flight on the cluster): a 422 shown under that field.
+    missing = dataset.parent / "missing"
+    fill_fields(dialog, {"name": unique("ui-missing"), "epochs": 1, "base_model": tiny_model,
+                         "dataset_path": missing, "workers": 1})
+    expect(field(dialog, "name").locator(".jp-CleverThis-fieldError")).to_have_count(0)  # cleared on input
+    dialog.locator(".jp-Dialog-footer").get_by_role("button", name="Create").click()
+    expect(field(dialog, "dataset_path").locator(".jp-CleverThis-fieldError")).to_contain_text(
+        str(missing), timeout=PREFLIGHT_MS)
+    expect(dialog).to_be_visible()
+    shots("create-dialog-server-error")
+    dialog.locator(".jp-Dialog-footer").get_by_role("button", name="Cancel").click()
+    expect(dialog).to_be_hidden()
+
+    # A short job: row appears, reaches succeeded; its detail has logs, loss points and checkpoints.
+    short = unique("ui-short")
+    create_job(page, panel, {"name": short, "base_model": tiny_model, "dataset_path": dataset, "epochs": 2,
+                             "batch_size": 8, "workers": 1})
+    expect(panel.locator(".jp-CleverThis-JobDetail-name")).to_be_visible()  # the panel shows the new job
+    expect(panel.locator(".jp-CleverThis-JobDetail-name")).to_have_text(short)
+    panel.locator(".jp-CleverThis-back").click()
+    row = job_row(panel, short)
+    expect(row).to_be_visible()
+    shots("short-job-row")
+    expect(row.locator(BADGE)).to_have_text("succeeded", timeout=JOB_DONE_S * 1000)
+    shots("short-job-succeeded")
+    row.click()
+    detail = panel.locator(".jp-CleverThis-JobDetail")
+    expect(detail_badge(panel)).to_have_text("succeeded")
+    expect(detail.locator(".jp-CleverThis-JobDetail-checkpointList li")).to_have_count(2)
+    expect(detail.locator(".jp-CleverThis-JobDetail-checkpointList")).to_contain_text("epoch-1")
+    expect(detail.locator(".jp-CleverThis-JobDetail-checkpointList")).to_contain_text("epoch-2")
+    logs = detail.locator(".jp-CleverThis-LogView-text")
+    expect(logs).not_to_have_class(re.compile("jp-mod-empty"))
+    assert len(logs.inner_text().splitlines()) > 5
+    plot = detail.locator(".jp-CleverThis-LossCurve-plot")
+    expect(plot.locator(".scatterlayer .trace path.js-line")).to_have_count(1)
+    last_step = int(detail.locator('.jp-CleverThis-JobDetail-progress tr[data-key="Step"] td').inner_text())
+    assert last_step >= 10
+    page.wait_for_function("([el, n]) => el.data && el.data[0].x.length === n", arg=[plot.element_handle(), last_step])
+    steps = plot_points(plot)  # one point per step the job reported
+    # Drawn, not just passed to plotly (plotly drops nearly collinear vertices, so not one per point).
+    assert plot.locator(".scatterlayer .trace path.js-line").get_attribute("d").count("L") >= steps // 2
+    detail.locator('section[data-section="checkpoints"]').scroll_into_view_if_needed()
+    shots("short-job-detail")
+
+    # A long job: wait until running, cancel from its detail, see cancelled.
+    long = unique("ui-long")  # its own checkpoint folder: the data's checkpoints/ belongs to the short job
+    create_job(page, panel, {"name": long, "base_model": tiny_model, "dataset_path": dataset, "epochs": 50,
+                             "batch_size": 4, "workers": 1, "output_dir": dataset.parent / "long-checkpoints"})
+    expect(panel.locator(".jp-CleverThis-JobDetail-name")).to_be_visible()
+    expect(panel.locator(".jp-CleverThis-JobDetail-name")).to_have_text(long)
+    expect(detail_badge(panel)).to_have_text("running", timeout=JOB_DONE_S * 1000)
+    shots("long-job-running")
+    panel.locator(".jp-CleverThis-JobDetail-cancel").click()
+    page.get_by_role("button", name="Cancel job").click()  # JupyterLab's confirmation dialog
+    expect(detail_badge(panel)).to_have_text("cancelled", timeout=120_000)
+    expect(panel.locator(".jp-CleverThis-JobDetail-cancel")).to_be_disabled()
+    shots("long-job-cancelled")
+
+    # A quick look in the dark theme: the panel and the loss curve follow it.
+    panel.locator(".jp-CleverThis-back").click()
+    job_row(panel, short).click()
+    expect(plot.locator(".scatterlayer .trace")).to_have_count(1)
+    light_font = plot.locator(".xtick text").first.evaluate("el => getComputedStyle(el).fill")
+    try:
+        set_theme(page, "JupyterLab Dark")
+        page.wait_for_function(
+            "([el, before]) => { const t = el.querySelector('.xtick text');"
+            " return t && getComputedStyle(t).fill !== before; }",
+            arg=[plot.element_handle(), light_font],
+        )
+        bg = panel.evaluate("el => getComputedStyle(el).backgroundColor")
+        assert _luminance(bg) < 0.3, f"panel background {bg} is not dark"
+        dark_font = plot.locator(".xtick text").first.evaluate("el => getComputedStyle(el).fill")
+        assert _luminance(dark_font) > 0.6, f"loss curve text {dark_font} is not light on the dark theme"
+        shots("dark-theme-detail")
+        panel.locator(".jp-CleverThis-back").click()
+        shots("dark-theme-list")
+    finally:
+        set_theme(page, "JupyterLab Light")
+    # The one expected error: the 422 answer to the spec with the missing dataset.
+    assert_no_console_errors(console_errors, r"status of 422 \(Unprocessable")
+
+
+def _luminance(css_color: str) -> float:
+    r, g, b = (float(x) for x in re.findall(r"\d+(?:\.\d+)?", css_color)[:3])
+    return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
