@@ -204,3 +204,28 @@ async def test_routes_live_under_a_non_root_base_url(jp_fetch, jp_base_url, jp_h
     r = await AsyncHTTPClient().fetch(f"http://127.0.0.1:{jp_http_port}/cleverthis/api/schema",
                                       headers={"Authorization": f"token {token}"}, raise_error=False)
     assert r.code == 404
+
+
+async def test_malformed_requests_never_get_a_500(jp_fetch):
+    import random
+
+    rng = random.Random(7)
+    values = [None, True, 0, -1, 3, 1e309, "x", "a/b", "..", "é" * 70, [], {}, {"method": "sgd"}, "0" * 10_000]
+    keys = ["name", "epochs", "batch_size", "workers", "job_type", "framework", "training_config", "extra"]
+    bodies = ["", "null", "[]", "{", "{\"name\": ", "\x00\x01", "9" * 5000, json.dumps("just a string")]
+    for _ in range(60):
+        bodies.append(json.dumps({k: rng.choice(values) for k in rng.sample(keys, rng.randint(0, len(keys)))}))
+    codes = []
+    for body in bodies:
+        for content_type in ("application/json", "text/plain"):
+            r = await jp_fetch("cleverthis", "api", "clusters", "nowhere", "jobs", method="POST", body=body,
+                               headers={"Content-Type": content_type}, raise_error=False)
+            codes.append(r.code)
+            assert 400 <= r.code < 500, (body[:80], r.code, r.body[:200])
+            err = json.loads(r.body)
+            assert set(err) == {"code", "message", "details"} and "Traceback" not in r.body.decode()
+    for query in ({"since": "abc"}, {"since": "-5"}, {"max_points": "1"}, {"offset": "x"}):
+        r = await jp_fetch("cleverthis", "api", "clusters", "local", "jobs", "nope", "events", params=query,
+                           raise_error=False)
+        assert 400 <= r.code < 500
+    assert len(codes) >= 130
