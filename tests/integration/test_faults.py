@@ -1,0 +1,123 @@
+"""Faults through real Ray jobs: a worker SIGKILLed mid-epoch recovers from the last checkpoint (and ends
+equal to an uninterrupted run); a full disk while writing a checkpoint fails the job at once with a
+classified reason, earlier checkpoints intact."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from cleverthis_runtime import checkpoints
+from jupyter_cleverthis.service.jobs import JobService
+from jupyter_cleverthis.spec import JobSpec, JobStatus
+
+from .training_helpers import ADAPTER, max_diff, slow_steps, straight_reference, wait_for, wait_for_step  # noqa: F401
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.usefixtures("slow_steps")
+def test_sigkilled_worker_recovers_from_the_last_checkpoint(ray_cluster, tiny_model, dataset, tmp_path, job_name):
+    svc = JobService()
+    out = tmp_path / "checkpoints"
+    t0 = time.time()
+    svc.create(JobSpec(name=job_name, base_model=tiny_model, dataset_path=str(dataset), epochs=2, batch_size=8,
+                       workers=1, output_dir=str(out), training_config={"max_failures": 1}), check=False)
+    straight = straight_reference(tiny_model, dataset, tmp_path / "straight")
+
+    wait_for_step(svc, job_name, 23)  # epoch 1 is checkpointed, epoch 2 is under way
+    evs = svc.events("local", job_name)
+    assert [e["name"] for e in evs if e["type"] == "checkpoint"] == ["epoch-1"]
+    worker = [e for e in evs if e["type"] == "worker" and e["rank"] == 0][0]
+    assert worker["attempt"] == 1
+    os.kill(int(worker["pid"]), signal.SIGKILL)
+    t_kill = time.time()
+
+    d = svc.wait("local", job_name, poll=0.5, timeout=400)
+    assert d.status == JobStatus.SUCCEEDED, (d.error, d.traceback)
+    evs = svc.events("local", job_name)
+    rec = [e for e in evs if e["type"] == "recovery"]
+    assert len(rec) == 1 and rec[0]["attempt"] == 2 and rec[0]["checkpoint_name"] == "epoch-1", rec
+    assert "continue from epoch-1" in rec[0]["message"]
+    again = [e for e in evs if e["type"] == "worker" and e["attempt"] == 2]
+    assert again and again[0]["pid"] != worker["pid"], [(e["src"], e["seq"], e["type"]) for e in evs
+                                                         if e["src"].endswith("-a2")][:8]
+    assert [c.name for c in d.checkpoints] == ["epoch-1", "epoch-2"]
+    steps = [e["step"] for e in evs if e["type"] == "step" and e["src"] == "rank0-a2"]
+    assert steps[0] == 21  # the retry continues after epoch 1, not from step 1
+    assert d.error is None and os.readlink(out / "epoch-final") == "epoch-2"
+    # Recovery uses the exact resume: the result equals an uninterrupted run.
+    assert (out / "epoch-2" / ADAPTER).exists(), (sorted(os.listdir(out / "epoch-2")), [
+        (e["type"], e.get("base_loaded"), e.get("method"), e.get("exact")) for e in evs
+        if e["type"] in ("resume", "plan", "warning")])
+    assert max_diff(straight / "epoch-2" / ADAPTER, out / "epoch-2" / ADAPTER) <= 1e-4
+    print(f"sigkill test: killed after {t_kill - t0:.0f}s, recovered and done {time.time() - t_kill:.0f}s later")
+
+
+@pytest.fixture
+def small_disk(tmp_path, monkeypatch):
+    """A real 8 MiB tmpfs when this machine lets us mount one; otherwise the runtime's test-only fault hook
+    makes the epoch-2 write fail with ENOSPC."""
+    mnt = tmp_path / "small-disk"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], capture_output=True)
+    if r.returncode == 0:
+        try:
+            yield mnt, True
+        finally:
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+        return
+    orig = JobService._runtime_env
+
+    def env(self, spec):
+        out = orig(self, spec)
+        out["env_vars"][checkpoints.FAULT_ENV] = "epoch-2:ENOSPC"
+        return out
+
+    monkeypatch.setattr(JobService, "_runtime_env", env)
+    yield mnt, False
+
+
+def _fill(folder: Path) -> None:
+    with open(folder / f"filler-{uuid.uuid4().hex[:6]}", "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * (256 * 1024))
+                f.flush()
+        except OSError:
+            pass
+
+
+@pytest.mark.usefixtures("slow_steps")
+def test_disk_full_fails_classified_and_keeps_earlier_checkpoints(ray_cluster, tiny_model, dataset, job_name,
+                                                                  small_disk):
+    mnt, real = small_disk
+    out = mnt / "checkpoints"
+    svc = JobService()
+    svc.create(JobSpec(name=job_name, base_model=tiny_model, dataset_path=str(dataset), epochs=2, batch_size=8,
+                       workers=1, output_dir=str(out)), check=False)
+    wait_for(svc, job_name, lambda evs: any(e["type"] == "checkpoint" and e["name"] == "epoch-1" for e in evs),
+             what="the epoch-1 checkpoint")
+    if real:
+        _fill(mnt)
+    t = time.time()
+    d = svc.wait("local", job_name, poll=0.5, timeout=300)
+    assert d.status == JobStatus.FAILED
+    assert d.error_kind == "disk_full", (d.error, d.error_kind)
+    assert "cannot write checkpoint epoch-2" in d.error and "No space left on device" in d.error
+    assert "earlier checkpoints are intact (latest: epoch-1)" in d.error
+    assert "Free space under the checkpoint folder" in d.advice
+    assert time.time() - t < 60  # failed at once: a full disk is not retried max_failures times
+    assert not [e for e in svc.events("local", job_name) if e["type"] == "recovery"]
+    visible = sorted(p.name for p in out.iterdir())
+    assert visible == [".cleverthis-owner.json", "epoch-1", "latest"], visible
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(str(out / "epoch-1"))  # intact and loadable
+    assert checkpoints.read_meta(str(out / "epoch-1"))["epoch"] == 1
