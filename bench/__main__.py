@@ -33,8 +33,11 @@ GOALS = {
 
 
 def main(argv: list[str]) -> int:
+    import signal
+
     from . import cases
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the private Ray cluster is stopped (finally)
     wanted = [a.upper() for a in argv] or list(GOALS)
     OUT.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {}

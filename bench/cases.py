@@ -36,7 +36,7 @@ class Context:
         self._svc: Any = None
 
     # -- fixtures ----------------------------------------------------------------------------------------------
-    def data(self, n: int = 400, words: int = 120) -> Path:
+    def data(self, n: int = 240, words: int = 120) -> Path:
         d = self.tmp / f"data-{n}-{words}"
         if not d.exists():
             rng = random.Random(0)
