@@ -74,6 +74,12 @@ def make_plan(*, params: float, devices: list[Device], workers: int, config: Tra
             f"lora: a full fine-tune needs ~{est['full']:.1f} GB, more than the {mem_gb:.1f} GB per device"
         )
 
+    if method == "qlora" and config.quantization:
+        reasons["method"] += (f"; the frozen base is quantized to {config.quantization}"
+                              f"{' (nf4)' if config.quantization == '4bit' else ''} through bitsandbytes")
+    reasons["packing"] = ("on: several examples per row, isolated by position_ids" if config.packing
+                          else "off: one example per row, padded")
+
     weights_gb = params * (2.0 if precision in ("bf16", "fp16") else 4.0) / GB
     if method == "qlora":
         weights_gb = params * 0.55 / GB

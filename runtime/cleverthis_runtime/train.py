@@ -30,7 +30,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from . import checkpoints, events
+from . import checkpoints, events, methods
 from .control import WorkerControl, is_fatal
 from .data import load_dataset, tokenize_all
 from .plan import Device, make_plan
@@ -151,6 +151,9 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
         val_rows, train_rows = train_rows[:n_val], train_rows[n_val:]
     emit("dataset", format=ds.format, examples=len(train_rows), validation_examples=len(val_rows),
          truncated=truncated, max_seq_length=tc.max_seq_length)
+    if tc.packing:  # several examples per row; position_ids keep them apart (methods.py)
+        train_rows, val_rows = methods.pack(train_rows, val_rows, tc.max_seq_length)
+        emit("packing", rows=len(train_rows), validation_rows=len(val_rows), max_seq_length=tc.max_seq_length)
 
     total_batch = spec.batch_size * world * tc.gradient_accumulation_steps
     resume = _resume_mode(source, meta, total_batch, len(train_rows), emit)
@@ -158,6 +161,8 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
         tc = tc.model_copy(update={"method": "lora" if meta.get("adapter") else "full"})
 
     model, base_how = _load_model(spec, tc, source, meta, orig_base, base_path, torch)
+    if tc.packing:  # the block-diagonal mask from position_ids needs no cache
+        model.config.use_cache = False
     params = float(sum(p.numel() for p in model.parameters()))
     plan = make_plan(params=params, devices=_devices(torch), workers=world, config=tc)
     emit("plan", **plan.as_dict(), parameters=params)
@@ -227,10 +232,13 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
         args=args,
         train_dataset=HFDataset.from_list(train_rows),
         eval_dataset=HFDataset.from_list(val_rows) if val_rows else None,
-        data_collator=DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=-100),
+        data_collator=methods.packed_collator(tokenizer) if tc.packing
+        else DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=-100),
         callbacks=[callback],
     )
     callback.trainer = trainer
+    if methods.is_quantized(tc):
+        callback.merge_base = base_path or orig_base
     state_dir = os.path.join(source, checkpoints.STATE_DIR) if exact and source else None
     trainer.train(resume_from_checkpoint=state_dir)
 
@@ -315,6 +323,9 @@ def _load_model(spec: JobSpec, tc: TrainingConfig, source: str | None, meta: dic
     if source is None:
         if spec.job_type == "train":
             return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(base_path or orig_base)), None
+        if methods.is_quantized(tc):  # QLoRA: a 4/8-bit frozen base (LoRA is added by the caller)
+            return methods.load_quantized(base_path or orig_base, tc, torch,
+                                          gradient_checkpointing=bool(tc.gradient_checkpointing)), None
         return AutoModelForCausalLM.from_pretrained(base_path or orig_base, dtype=torch.float32), None
     if not (meta or {}).get("adapter"):
         return AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32), None
@@ -361,6 +372,7 @@ class _EventsAndCheckpoints(TrainerCallback):
         self.ckpt_root, self.job, self.meta, self.torch = ckpt_root, job, meta, torch
         self.epoch_offset, self.step_offset, self.control = epoch_offset, step_offset, control
         self.trainer: Any = None
+        self.merge_base: str | None = None  # QLoRA: merge into this base loaded in fp32 (methods.py)
         self.t0 = time.time()
         self.last_t, self.last_tokens, self.last_step = self.t0, 0, 0
         self.first_step: int | None = None
@@ -508,7 +520,8 @@ class _EventsAndCheckpoints(TrainerCallback):
         def save(tmp: Path) -> None:
             if is_peft:
                 model.save_pretrained(tmp / checkpoints.ADAPTER_DIR, safe_serialization=True)
-                merged = copy.deepcopy(model).merge_and_unload()
+                merged = methods.merged_full_precision(self.merge_base, model, torch) if self.merge_base \
+                    else copy.deepcopy(model).merge_and_unload()
                 merged.save_pretrained(tmp, safe_serialization=True)
                 del merged
             else:
