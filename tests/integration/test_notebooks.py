@@ -52,3 +52,26 @@ def test_a_new_kernel_attaches_to_a_job_with_its_history(ray_cluster, tiny_model
     out = nb.cells[0].outputs[0]["text"]
     status, n_steps, ckpts = out.split("ATTACHED ")[1].split(" ", 2)
     assert status == "succeeded" and int(n_steps) >= max(steps, 1) and "epoch-1" in ckpts
+
+
+def test_magic_help_errors_and_cell_spec(ray_cluster, tiny_model, dataset, job_name):
+    """%train --help, one-line errors for bad arguments and specs, and %%train with a YAML spec in the cell."""
+    nb = nbformat.v4.new_notebook()
+    code = nbformat.v4.new_code_cell
+    nb.cells = [
+        code("%load_ext jupyter_cleverthis"),
+        code("%train --help"),
+        code("%train --name x --epochs zz"),
+        code("%%train\nname: bad/name\nepochs: 0\n"),
+        code("%%train\nname: [unclosed\n"),
+        code(f"%%train --wait\nname: {job_name}\nbase_model: {tiny_model}\ndataset_path: {dataset}\n"
+             "epochs: 1\nbatch_size: 16\nworkers: 1\ntraining_config:\n  learning_rate: 0.005\n"),
+    ]
+    NotebookClient(nb, timeout=900, kernel_name="python3").execute()
+    outs = ["".join(o.get("text", "") for o in c.outputs) for c in nb.cells]
+    assert "usage: %train" in outs[1] and "resume" in outs[1]
+    assert outs[2].strip() == "error: %train create: argument --epochs: expected a whole number, got 'zz'"
+    assert outs[3].startswith("error: invalid job spec: name:") and "epochs" in outs[3]
+    assert outs[4].startswith("error: %%train: the cell is not valid YAML/JSON (line 2)")
+    assert f"[{job_name}] succeeded" in outs[5]
+    assert not any("Traceback" in o for o in outs)
