@@ -97,7 +97,14 @@ def make_plan(*, params: float, devices: list[Device], workers: int, config: Tra
 
     if config.deepspeed is not None:
         strategy = f"deepspeed-zero{config.deepspeed.zero_stage}"
-        reasons["strategy"] = "DeepSpeed: configured in training_config.json"
+        ds = config.deepspeed
+        offload = [w for w, on in (("optimizer states", ds.offload_optimizer), ("parameters", ds.offload_param)) if on]
+        reasons["strategy"] = (f"DeepSpeed ZeRO-{ds.zero_stage}: configured in training_config.json; "
+                               + (f"offload of {' and '.join(offload)} to CPU memory" if offload else "no offload"))
+    elif config.strategy is not None:
+        strategy = config.strategy
+        reasons["strategy"] = (f"{'FSDP (FSDP2 fully_shard: parameters, gradients and optimizer states sharded)' if strategy == 'fsdp' else 'DDP'}"
+                               ": set in training_config.json")
     elif est[method] > mem_gb and workers > 1:
         strategy = "fsdp"
         reasons["strategy"] = f"FSDP: ~{est[method]:.1f} GB does not fit one {mem_gb:.1f} GB device"

@@ -84,6 +84,9 @@ class TrainingConfig(_Strict):
         None, description="no, fp16 or bf16; unset = bf16 on compute capability >= 8.0, fp16 on older GPUs, fp32 on CPU"
     )
     deepspeed: DeepSpeedConfig | None = Field(None, description="DeepSpeed ZeRO settings")
+    strategy: Literal["ddp", "fsdp"] | None = Field(
+        None, description="ddp or fsdp (FSDP2 fully_shard); unset = DDP when the model fits one device, else FSDP"
+    )
     gradient_checkpointing: bool | None = Field(
         None, description="Recompute activations in backward; unset = automatic"
     )
@@ -118,6 +121,8 @@ class TrainingConfig(_Strict):
     def _contradictions(self) -> TrainingConfig:
         if self.method == "qlora" and self.quantization is None:
             raise ValueError("method 'qlora' needs quantization '4bit' or '8bit'")
+        if self.strategy is not None and self.deepspeed is not None:
+            raise ValueError(f"strategy '{self.strategy}' and deepspeed exclude each other (remove one)")
         if self.quantization is not None and self.method not in ("qlora", None):
             raise ValueError(f"quantization is for method 'qlora' only, not '{self.method}'")
         return self

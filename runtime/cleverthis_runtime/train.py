@@ -30,7 +30,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from . import checkpoints, events, methods
+from . import checkpoints, events, methods, strategies
 from .control import WorkerControl, is_fatal
 from .data import load_dataset, tokenize_all
 from .plan import Device, make_plan
@@ -188,6 +188,7 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
     planned = int(start_epoch) + spec.epochs
     total_epochs = planned if resume == "exact" else max(1, planned - completed)
     workdir = tempfile.mkdtemp(prefix=f"cleverthis-{job}-")
+    ds_config = strategies.setup_deepspeed(tc)  # before TrainingArguments (ZeRO-3 needs it)
     args = TrainingArguments(
         output_dir=workdir,
         per_device_train_batch_size=spec.batch_size,
@@ -213,10 +214,13 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
         disable_tqdm=True,
         include_num_input_tokens_seen="non_padding",
         ddp_find_unused_parameters=False,
+        **({"deepspeed": ds_config} if ds_config else {}),
     )
 
     from datasets import Dataset as HFDataset
 
+    if plan.strategy == "fsdp" and world > 1:  # FSDP2 before the optimizer is built (strategies.py)
+        model = strategies.shard_fsdp2(model, world)
     exact = resume == "exact"
     callback = _EventsAndCheckpoints(
         emit=emit, rank=rank, world=world, tokenizer=tokenizer, ckpt_root=ckpt_root, job=job,
@@ -237,6 +241,8 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
         callbacks=[callback],
     )
     callback.trainer = trainer
+    if plan.strategy == "fsdp" and world > 1:
+        strategies.keep_sharded(trainer)
     if methods.is_quantized(tc):
         callback.merge_base = base_path or orig_base
     state_dir = os.path.join(source, checkpoints.STATE_DIR) if exact and source else None
@@ -393,6 +399,7 @@ class _EventsAndCheckpoints(TrainerCallback):
         self.last_epoch = self.epoch_offset + int(float(state.epoch or 0) + 1e-6)
         if self.rank == 0:
             self.control.set_phase("training")
+            self.emit("strategy", **strategies.describe(self.trainer))
         self.emit("phase", phase="running", total_steps=self.step_offset + state.max_steps,
                   epochs=self.epoch_offset + args.num_train_epochs, start_epoch=self.last_epoch,
                   start_step=self.step_offset + state.global_step)
@@ -486,6 +493,7 @@ class _EventsAndCheckpoints(TrainerCallback):
         """Collective: every rank sends its RNG state; rank 0 writes; every rank learns whether it worked."""
         torch, dist = self.torch, self.torch.distributed
         rngs = [_rng_state(torch)]
+        self.full_state = strategies.gathered_state_dict(self.trainer)  # ZeRO-3: all ranks gather
         multi = self.world > 1 and dist.is_initialized()
         if multi:
             gathered: list[Any] = [None] * self.world if self.rank == 0 else []
@@ -498,6 +506,7 @@ class _EventsAndCheckpoints(TrainerCallback):
                 path, ev = self._write(state, rngs, partial)
             except BaseException as e:  # noqa: BLE001 - shared with the other ranks, then raised
                 err = e
+        self.full_state = None  # a full copy of the weights: not kept beyond the write
         if multi:
             box = [err is None]
             dist.broadcast_object_list(box, src=0)
@@ -524,12 +533,15 @@ class _EventsAndCheckpoints(TrainerCallback):
                     else copy.deepcopy(model).merge_and_unload()
                 merged.save_pretrained(tmp, safe_serialization=True)
                 del merged
+            elif getattr(self, "full_state", None) is not None:  # sharded weights, gathered for rank 0
+                model.save_pretrained(tmp, safe_serialization=True, state_dict=self.full_state)
             else:
                 model.save_pretrained(tmp, safe_serialization=True)
             tokenizer.save_pretrained(tmp)
             st = tmp / checkpoints.STATE_DIR
             st.mkdir()
-            if trainer.optimizer is not None:
+            sharded = trainer.is_deepspeed_enabled or getattr(self, "full_state", None) is not None
+            if trainer.optimizer is not None and not sharded:  # ZeRO / FSDP: each rank holds a shard
                 torch.save(trainer.optimizer.state_dict(), st / "optimizer.pt")
             if trainer.lr_scheduler is not None:
                 torch.save(trainer.lr_scheduler.state_dict(), st / "scheduler.pt")

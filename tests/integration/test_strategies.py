@@ -1,0 +1,87 @@
+"""Strategies on a real local Ray cluster, 2 CPU workers over gloo: DeepSpeed ZeRO-2 with optimizer offload,
+ZeRO-3 with parameter offload (weights gathered for the checkpoint).
+
+DeepSpeed JIT-builds its CPU ops (cpu_adam ~65 s, shm comm ~45 s on 2 cores) the first time: the tests keep
+them in ~/.cache/cleverthis/torch_extensions (passed to the jobs as TORCH_EXTENSIONS_DIR), so a machine
+builds them once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from jupyter_cleverthis.service.jobs import JobService
+from jupyter_cleverthis.spec import JobSpec, JobStatus
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
+EXT_CACHE = os.path.expanduser("~/.cache/cleverthis/torch_extensions")
+
+
+@pytest.fixture(autouse=True)
+def _op_cache(monkeypatch):
+    os.makedirs(EXT_CACHE, exist_ok=True)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", EXT_CACHE)
+
+
+def _run(tiny_model, dataset, job_name, config, *, workers=2, batch_size=8):
+    svc = JobService()
+    spec = JobSpec(name=job_name, base_model=tiny_model, dataset_path=str(dataset), epochs=1,
+                   batch_size=batch_size, workers=workers, training_config=config)
+    t0 = time.time()
+    for attempt in range(6):  # a loaded machine: the head's job agent may not answer at once
+        try:
+            svc.create(spec, owner="tester")
+            break
+        except Exception as e:  # noqa: BLE001
+            if attempt == 5 or not any(s in str(e) for s in ("No available agent", "Connection aborted")):
+                raise
+            time.sleep(5)
+    final = svc.wait("local", job_name, poll=0.5, timeout=1100)
+    evs = svc.events("local", job_name)
+    assert final.status == JobStatus.SUCCEEDED, (final.error, [e for e in evs if e["type"] in ("error", "worker_error")])
+    print(f"{job_name}: {time.time() - t0:.1f} s")
+    return final, evs
+
+
+def _loads_and_trained(tiny_model, ckpt):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    sd, sd0 = model.state_dict(), base.state_dict()
+    assert sd.keys() == sd0.keys()
+    assert all(sd[k].shape == sd0[k].shape for k in sd)  # full tensors, not ZeRO-3 shards
+    assert any(not torch.equal(sd[k], sd0[k]) for k in sd)  # and trained
+
+
+@pytest.mark.parametrize("stage,ds", [
+    (2, {"zero_stage": 2, "offload_optimizer": True}),
+    (3, {"zero_stage": 3, "offload_param": True}),
+], ids=["zero2-offload-optimizer", "zero3-offload-param"])
+def test_deepspeed_job(ray_cluster, tiny_model, dataset, job_name, stage, ds):
+    final, evs = _run(tiny_model, dataset, job_name,
+                      {"method": "full", "learning_rate": 1e-3, "deepspeed": ds})
+    plan = [e for e in evs if e["type"] == "plan"][0]
+    assert plan["strategy"] == f"deepspeed-zero{stage}"
+    assert "offload" in plan["reasons"]["strategy"]
+    steps = [e["loss"] for e in evs if e["type"] == "step"]
+    assert len(steps) >= 5 and steps[-1] < steps[0], steps
+    ckpt = dataset / "checkpoints" / "epoch-final"
+    assert json.loads((ckpt / "checkpoint.json").read_text())["method"] == "full"
+    _loads_and_trained(tiny_model, ckpt)
+
+
+def test_fsdp2_job(ray_cluster, tiny_model, dataset, job_name):
+    final, evs = _run(tiny_model, dataset, job_name, {"method": "full", "learning_rate": 1e-3, "strategy": "fsdp"})
+    plan = [e for e in evs if e["type"] == "plan"][0]
+    assert plan["strategy"] == "fsdp" and "FSDP" in plan["reasons"]["strategy"]
+    strategy = [e for e in evs if e["type"] == "strategy"][0]
+    assert strategy["fsdp2_sharded"] and strategy["wrapper"].startswith("FSDP")  # not DDP
+    steps = [e["loss"] for e in evs if e["type"] == "step"]
+    assert len(steps) >= 5 and steps[-1] < steps[0], steps
+    _loads_and_trained(tiny_model, dataset / "checkpoints" / "epoch-final")
