@@ -1,6 +1,7 @@
-"""`%train download` on a real Ray cluster: one task per node, the cache-hit path, the offline error, and a
-job whose Hub model is cached starting without a download. Nothing can be downloaded here: the Hub cache is
-made by hand (see tests/unit/test_model_cache.py), and HF_HUB_OFFLINE=1 is set for the whole test run."""
+"""`%train download` on a real Ray cluster: one task per node, the cache-hit path, the offline error. Nothing
+can be downloaded here: the Hub cache is made by hand (see tests/unit/test_model_cache.py), and
+HF_HUB_OFFLINE=1 is set for the whole test run. (A job whose Hub model is cached starting without a download:
+tests/integration/test_faults.py's disk-full job trains from a cached Hub id.)"""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from jupyter_cleverthis.service.jobs import JobService
-from jupyter_cleverthis.spec import JobSpec, JobStatus
 
 from .training_helpers import make_cached_model
 
@@ -45,16 +45,3 @@ def test_download_fans_out_per_node_cache_hit_and_offline_error(ray_cluster, tin
     assert f"{missing}: NOT available on every node" in out
     assert f"model '{missing}' is not in the model cache of node" in out
     assert f"`%train download {missing} --cluster C`" in out and "HF_HUB_OFFLINE=1" in out
-
-
-def test_job_with_a_cached_hub_model_starts_without_download(ray_cluster, tiny_model, dataset, hf_home, job_name):
-    repo = f"cleverthis-test/tiny-{uuid.uuid4().hex[:8]}"
-    make_cached_model(hf_home, repo, Path(tiny_model))
-    svc = JobService()
-    svc.create(JobSpec(name=job_name, base_model=repo, dataset_path=str(dataset), epochs=1, batch_size=16,
-                       workers=1), check=False)
-    d = svc.wait("local", job_name, poll=0.5, timeout=300)
-    assert d.status == JobStatus.SUCCEEDED, d.error
-    phases = [e["phase"] for e in svc.events("local", job_name) if e["type"] == "phase"]
-    assert "downloading" not in phases and "loading_model" in phases
-    assert d.serving["base_model"] == repo and d.checkpoints[-1].name == "epoch-1"

@@ -1,6 +1,7 @@
 """Faults through real Ray jobs: a worker SIGKILLed mid-epoch recovers from the last checkpoint (and ends
 equal to an uninterrupted run); a full disk while writing a checkpoint fails the job at once with a
-classified reason, earlier checkpoints intact."""
+classified reason, earlier checkpoints intact (that job also shows a cached Hub model starting without a
+download)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,15 @@ from cleverthis_runtime import checkpoints
 from jupyter_cleverthis.service.jobs import JobService
 from jupyter_cleverthis.spec import JobSpec, JobStatus
 
-from .training_helpers import ADAPTER, max_diff, slow_steps, straight_reference, wait_for, wait_for_step  # noqa: F401
+from .training_helpers import (  # noqa: F401
+    ADAPTER,
+    make_cached_model,
+    max_diff,
+    slow_steps,
+    straight_reference,
+    wait_for,
+    wait_for_step,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -96,14 +105,21 @@ def _fill(folder: Path) -> None:
 
 @pytest.mark.usefixtures("slow_steps")
 def test_disk_full_fails_classified_and_keeps_earlier_checkpoints(ray_cluster, tiny_model, dataset, job_name,
-                                                                  small_disk):
+                                                                  small_disk, tmp_path, monkeypatch):
     mnt, real = small_disk
     out = mnt / "checkpoints"
+    # The base model is a Hub id found in the node's cache (HF_HOME travels with the job; HF_HUB_OFFLINE=1):
+    # the job starts without downloading.
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    repo = f"cleverthis-test/tiny-{uuid.uuid4().hex[:8]}"
+    make_cached_model(tmp_path / "hf", repo, Path(tiny_model))
     svc = JobService()
-    svc.create(JobSpec(name=job_name, base_model=tiny_model, dataset_path=str(dataset), epochs=2, batch_size=8,
+    svc.create(JobSpec(name=job_name, base_model=repo, dataset_path=str(dataset), epochs=2, batch_size=8,
                        workers=1, output_dir=str(out)), check=False)
-    wait_for(svc, job_name, lambda evs: any(e["type"] == "checkpoint" and e["name"] == "epoch-1" for e in evs),
-             what="the epoch-1 checkpoint")
+    evs = wait_for(svc, job_name, lambda evs: any(e["type"] == "checkpoint" and e["name"] == "epoch-1" for e in evs),
+                   what="the epoch-1 checkpoint")
+    phases = [e["phase"] for e in evs if e["type"] == "phase"]
+    assert "loading_model" in phases and "downloading" not in phases
     if real:
         _fill(mnt)
     t = time.time()
@@ -120,4 +136,4 @@ def test_disk_full_fails_classified_and_keeps_earlier_checkpoints(ray_cluster, t
     from transformers import AutoModelForCausalLM
 
     AutoModelForCausalLM.from_pretrained(str(out / "epoch-1"))  # intact and loadable
-    assert checkpoints.read_meta(str(out / "epoch-1"))["epoch"] == 1
+    assert checkpoints.read_meta(str(out / "epoch-1"))["base_model"] == repo

@@ -1,6 +1,7 @@
 """Two Ray nodes on this machine: the session's head plus a second `ray start --address …` node with its own
 resources (1 CPU, a `node2` resource) and its own model cache. A 2-worker job runs one worker per node
-(STRICT_SPREAD), reading the dataset from the same path on both; `%train download` answers per node."""
+(STRICT_SPREAD), reading the dataset from the same path on both, is cancelled mid-epoch and resumed across
+both nodes; `%train download` answers per node."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from jupyter_cleverthis.service.clusters import LocalCluster, cluster_resources,
 from jupyter_cleverthis.service.jobs import JobService
 from jupyter_cleverthis.spec import JobSpec, JobStatus
 
-from .training_helpers import make_cached_model
+from .training_helpers import delay_steps, make_cached_model, wait_for_step
 
 pytestmark = pytest.mark.integration
 
@@ -67,13 +68,14 @@ def second_node(ray_cluster, cleverthis_home, tmp_path):
         log.close()
 
 
-def test_two_nodes_one_worker_each_and_per_node_model_cache(ray_cluster, tiny_model, dataset, job_name,
-                                                             second_node, monkeypatch):
+def test_two_nodes_one_worker_each_cancel_resume_and_per_node_model_cache(ray_cluster, tiny_model, dataset,
+                                                                         job_name, second_node, monkeypatch):
     # Each node keeps its own cache: the job must not impose one HF_HOME on both.
     monkeypatch.delenv("HF_HOME", raising=False)
+    delay_steps(monkeypatch, 0.6)  # 10 steps per epoch with 2 workers: room for a cancel in epoch 2
     svc = JobService()
     t0 = time.time()
-    svc.create(JobSpec(name=job_name, base_model=tiny_model, dataset_path=str(dataset), epochs=1, batch_size=8,
+    svc.create(JobSpec(name=job_name, base_model=tiny_model, dataset_path=str(dataset), epochs=2, batch_size=8,
                        workers=2, cpus_per_worker=1, training_config={"placement_strategy": "STRICT_SPREAD"}),
                check=False)
 
@@ -86,14 +88,28 @@ def test_two_nodes_one_worker_each_and_per_node_model_cache(ray_cluster, tiny_mo
     assert by_status["cached"]["path"] == str(snap)
     assert f"model '{repo}' is not in the model cache" in by_status["error"]["error"]
 
-    d = svc.wait("local", job_name, poll=0.5, timeout=400)
-    assert d.status == JobStatus.SUCCEEDED, (d.error, d.traceback)
+    wait_for_step(svc, job_name, 11)  # epoch 2 under way
     workers = [e for e in svc.events("local", job_name) if e["type"] == "worker"]
     assert sorted(w["rank"] for w in workers) == [0, 1]
     assert len({w["node_id"] for w in workers}) == 2, workers  # one worker per node
-    assert [c.name for c in d.checkpoints] == ["epoch-1"]
-    steps = [e for e in svc.events("local", job_name) if e["type"] == "step"]
-    assert steps and steps[-1]["total_steps"] == 10  # 158 examples / (8 x 2 workers)
+    svc.cancel("local", job_name)
+    d = svc.wait("local", job_name, poll=0.5, timeout=120)
+    assert d.status == JobStatus.CANCELLED, (d.error, d.traceback)
+    names = [c.name for c in d.checkpoints]
+    assert names[0] == "epoch-1" and len(names) == 2 and names[1].startswith("epoch-2-step-"), names
+    step = int(names[1].rsplit("-", 1)[1])
+    cut = dataset / "checkpoints" / names[1]
+    assert {"rng_state_0.pth", "rng_state_1.pth"} <= set(os.listdir(cut / "training_state"))  # every rank's RNG
+
+    r = svc.resume("local", job_name)
+    done = svc.wait("local", r.name, poll=0.5, timeout=400)
+    assert done.status == JobStatus.SUCCEEDED, (done.error, done.traceback)
+    evs = svc.events("local", r.name)
+    assert len({w["node_id"] for w in evs if w["type"] == "worker"}) == 2
+    assert [e for e in evs if e["type"] == "resume"][0]["exact"] is True
+    steps = [e["step"] for e in evs if e["type"] == "step"]
+    assert steps[0] == step + 1 and steps[-1] == 20  # 158 examples / (8 x 2 workers) = 10 steps per epoch
+    assert [c.name for c in done.checkpoints] == ["epoch-2"]
     from transformers import AutoModelForCausalLM
 
     AutoModelForCausalLM.from_pretrained(str(dataset / "checkpoints" / "epoch-final"))

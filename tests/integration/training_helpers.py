@@ -13,18 +13,22 @@ from jupyter_cleverthis.spec import JobSpec
 ADAPTER = "adapter_model/adapter_model.safetensors"
 
 
-@pytest.fixture
-def slow_steps(monkeypatch):
-    """Jobs submitted in the test sleep 0.3 s per step (numerics unchanged) so a cancel or a kill lands
-    mid-epoch (20 steps per epoch with the sample data and batch size 8)."""
+def delay_steps(monkeypatch, seconds: float) -> None:
+    """Jobs submitted in the test sleep `seconds` per step (numerics unchanged) so a cancel or a kill lands
+    mid-epoch (20 steps per epoch with the sample data, batch size 8 and 1 worker)."""
     orig = JobService._runtime_env
 
     def env(self, spec):
         out = orig(self, spec)
-        out["env_vars"]["CLEVERTHIS_TEST_STEP_DELAY_S"] = "0.3"
+        out["env_vars"]["CLEVERTHIS_TEST_STEP_DELAY_S"] = str(seconds)
         return out
 
     monkeypatch.setattr(JobService, "_runtime_env", env)
+
+
+@pytest.fixture
+def slow_steps(monkeypatch):
+    delay_steps(monkeypatch, 0.3)
 
 
 def straight_reference(tiny_model: str, dataset: Path, out: Path, epochs: int = 2) -> Path:
