@@ -157,8 +157,10 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
 
     total_batch = spec.batch_size * world * tc.gradient_accumulation_steps
     resume = _resume_mode(source, meta, total_batch, len(train_rows), emit)
-    if meta and meta.get("method"):
-        tc = tc.model_copy(update={"method": "lora" if meta.get("adapter") else "full"})
+    if meta and meta.get("method"):  # the checkpoint decides the method (an adapter stays an adapter)
+        method = meta["method"] if meta["method"] in ("lora", "qlora") and meta.get("adapter") \
+            else ("lora" if meta.get("adapter") else "full")
+        tc = tc.model_copy(update={"method": method})
 
     model, base_how = _load_model(spec, tc, source, meta, orig_base, base_path, torch)
     if tc.packing:  # the block-diagonal mask from position_ids needs no cache
@@ -248,15 +250,8 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
     state_dir = os.path.join(source, checkpoints.STATE_DIR) if exact and source else None
     trainer.train(resume_from_checkpoint=state_dir)
 
-    finished = not callback.stopped and callback.last_epoch == callback.meta["planned_epochs"]
-    if is_main and finished and callback.last_epoch_dir:
-        checkpoints.point(ckpt_root, "epoch-final", os.path.basename(callback.last_epoch_dir))
-        emit("checkpoint", name="epoch-final", path=os.path.join(ckpt_root, "epoch-final"),
-             target=callback.last_epoch_dir, epoch=callback.last_epoch)
-    if is_main and callback.best:
-        checkpoints.point(ckpt_root, "best", os.path.basename(callback.best[1]))
-        emit("checkpoint", name="best", path=os.path.join(ckpt_root, "best"), target=callback.best[1],
-             eval_loss=callback.best[0])
+    # epoch-final and best were pointed by the callback as their checkpoints were written (before any
+    # cancel acknowledgement lets the driver exit).
     if torch.distributed.is_initialized():
         torch.distributed.barrier()
     if is_main:
@@ -339,7 +334,10 @@ def _load_model(spec: JobSpec, tc: TrainingConfig, source: str | None, meta: dic
 
     adapter = os.path.join(source, checkpoints.ADAPTER_DIR)
     if base_path and os.path.exists(os.path.join(base_path, "config.json")):
-        base = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+        if methods.is_quantized(tc):  # QLoRA: the same 4/8-bit frozen base as the first run
+            base = methods.load_quantized(base_path, tc, torch, gradient_checkpointing=bool(tc.gradient_checkpointing))
+        else:
+            base = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
         return PeftModel.from_pretrained(base, adapter, is_trainable=True), "original"
     # The original base is not on this node (and may not be downloaded): the checkpoint's merged weights
     # minus the adapter's delta are the base again (peft's unmerge).
@@ -366,6 +364,23 @@ def _rng_state(torch: Any) -> dict[str, Any]:
         st["cuda"] = torch.cuda.random.get_rng_state_all() if torch.distributed.is_initialized() \
             else torch.cuda.random.get_rng_state()
     return st
+
+
+def _set_rng_state(torch: Any, st: dict[str, Any] | None) -> None:
+    import random
+
+    import numpy as np
+
+    if not st:
+        return
+    random.setstate(st["python"])
+    np.random.set_state(st["numpy"])
+    torch.random.set_rng_state(st["cpu"])
+    if "cuda" in st and torch.cuda.is_available():
+        if isinstance(st["cuda"], list | tuple):
+            torch.cuda.random.set_rng_state_all(st["cuda"])
+        else:
+            torch.cuda.random.set_rng_state(st["cuda"])
 
 
 class _EventsAndCheckpoints(TrainerCallback):
@@ -492,7 +507,8 @@ class _EventsAndCheckpoints(TrainerCallback):
     def _checkpoint(self, state: Any, *, partial: bool) -> tuple[str | None, dict[str, Any] | None]:
         """Collective: every rank sends its RNG state; rank 0 writes; every rank learns whether it worked."""
         torch, dist = self.torch, self.torch.distributed
-        rngs = [_rng_state(torch)]
+        mine = _rng_state(torch)
+        rngs = [mine]
         self.full_state = strategies.gathered_state_dict(self.trainer)  # ZeRO-3: all ranks gather
         multi = self.world > 1 and dist.is_initialized()
         if multi:
@@ -506,6 +522,10 @@ class _EventsAndCheckpoints(TrainerCallback):
                 path, ev = self._write(state, rngs, partial)
             except BaseException as e:  # noqa: BLE001 - shared with the other ranks, then raised
                 err = e
+            finally:
+                # Writing must not perturb training: the QLoRA merge builds a fresh peft model (its init draws
+                # random numbers), so put back the state that was saved.
+                _set_rng_state(torch, mine)
         self.full_state = None  # a full copy of the weights: not kept beyond the write
         if multi:
             box = [err is None]
@@ -567,13 +587,20 @@ class _EventsAndCheckpoints(TrainerCallback):
                 + (f"; earlier checkpoints are intact (latest: {latest.get('name')})" if latest.get("name") else "")
             ) from e
         self.last_path = path
+        ev = self.emit("checkpoint", name=name, path=path, epoch=completed, step=step, partial=partial,
+                       train_loss=self.last_loss, eval_loss=meta["eval_loss"], base_model=self.meta["base_model"],
+                       adapter_path=str(Path(path) / checkpoints.ADAPTER_DIR) if is_peft else None)
         if not partial:
             self.last_epoch_dir, self.last_epoch = path, completed
             if self.eval_loss is not None and (self.best is None or self.eval_loss < self.best[0]):
                 self.best = (self.eval_loss, path)
-        ev = self.emit("checkpoint", name=name, path=path, epoch=completed, step=step, partial=partial,
-                       train_loss=self.last_loss, eval_loss=meta["eval_loss"], base_model=self.meta["base_model"],
-                       adapter_path=str(Path(path) / checkpoints.ADAPTER_DIR) if is_peft else None)
+                checkpoints.point(self.ckpt_root, "best", name)
+                self.emit("checkpoint", name="best", path=os.path.join(self.ckpt_root, "best"), target=path,
+                          eval_loss=self.eval_loss)
+            if completed == self.meta["planned_epochs"]:  # the job's last epoch
+                checkpoints.point(self.ckpt_root, "epoch-final", name)
+                self.emit("checkpoint", name="epoch-final", path=os.path.join(self.ckpt_root, "epoch-final"),
+                          target=path, epoch=completed)
         return path, ev
 
 

@@ -174,3 +174,29 @@ def test_checkpoint_write_fault_fails_readably_and_keeps_earlier_checkpoints(tin
 def test_fatal_errors_are_not_retried():
     assert is_fatal(OSError(errno.ENOSPC, "No space left on device"))
     assert not is_fatal(RuntimeError("Connection reset by peer"))
+
+
+def test_qlora_resume_reloads_the_quantized_base_and_is_exact(tiny, tmp_path):
+    pytest.importorskip("bitsandbytes")
+    q = {"method": "qlora", "quantization": "4bit"}
+    straight = tmp_path / "straight"
+    _job("q", straight, 2, tiny, **q)
+    out = tmp_path / "resumed"
+    r = _job("q2", out, 1, str(straight / "epoch-1"), **q)
+    assert r["resume"] == "exact"
+    assert checkpoints.read_meta(str(out / "epoch-2"))["method"] == "qlora"
+    assert _max_diff(straight / "epoch-2" / ADAPTER, out / "epoch-2" / ADAPTER) <= 1e-4
+
+
+def test_with_validation_best_and_final_links_and_exact_resume(tiny, tmp_path):
+    v = {"validation_split": 0.1}
+    straight = tmp_path / "straight"
+    _job("v", straight, 2, tiny, **v)
+    assert os.readlink(straight / "epoch-final") == "epoch-2"
+    best = checkpoints.read_meta(str(straight / "best"))
+    assert best["eval_loss"] is not None and os.readlink(straight / "best") in ("epoch-1", "epoch-2")
+    out = tmp_path / "resumed"
+    _job("v2", out, 1, str(straight / "epoch-1"), **v)
+    assert _max_diff(straight / "epoch-2" / ADAPTER, out / "epoch-2" / ADAPTER) <= 1e-4
+    assert checkpoints.read_meta(str(out / "epoch-2"))["eval_loss"] == checkpoints.read_meta(
+        str(straight / "epoch-2"))["eval_loss"]
