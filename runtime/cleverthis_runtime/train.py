@@ -168,6 +168,11 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
     params = float(sum(p.numel() for p in model.parameters()))
     plan = make_plan(params=params, devices=_devices(torch), workers=world, config=tc)
     emit("plan", **plan.as_dict(), parameters=params)
+    if resume == "exact" and (plan.strategy.startswith("deepspeed") or (plan.strategy == "fsdp" and world > 1)):
+        # The resume state holds rank 0's optimizer as DDP has it; sharded optimizers are not restored yet.
+        resume = "weights"
+        emit("warning", checkpoint=source, message=f"resuming from the weights only: the {plan.strategy} "
+             "strategy shards the optimizer state, which the checkpoint does not restore (exact resume: ddp)")
     if source is None and plan.method in ("lora", "qlora"):
         from peft import LoraConfig, get_peft_model
 
