@@ -218,6 +218,13 @@ class DriverWatch:
         while time.time() < deadline:
             snap = self.snapshot() or {}
             ack = snap.get("ack")
+            if snap.get("fatal"):  # the cancel checkpoint itself failed (disk full...): say why, then go
+                if snap["fatal"].get("line"):
+                    _print_line(snap["fatal"]["line"])
+                events.emit("phase", phase="cancelled", checkpoint=None,
+                            message=f"the cancel checkpoint could not be written: {snap['fatal'].get('message')}")
+                time.sleep(1.0)
+                os._exit(0)
             if ack is not None or snap.get("phase") != "training":
                 break
             time.sleep(0.2)
