@@ -28,6 +28,9 @@ def test_example_notebook_runs(nb_path, ray_cluster, tiny_model):
         assert "cancelled ['epoch-1'" in text  # cancelled after its first checkpoint
         assert "-long-resume-1 succeeded" in text
         assert len(widgets) >= 6  # progress, curves, detail, list, form
+    if nb_path.stem == "qlora_deepspeed":
+        assert "succeeded qlora ['epoch-1']" in text and "adapter loaded: PeftModel" in text
+        assert "succeeded deepspeed-zero2 ['epoch-1']" in text
     if nb_path.stem == "datasets":
         assert text.count("succeeded") == 2 and "arrow/checkpoints" in text
 
