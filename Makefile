@@ -35,8 +35,11 @@ test-js: install
 chromium:
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
 
+# The browser tests run in their own pytest process: Playwright's sync API leaves an asyncio loop running in
+# the main thread, which breaks pytest-jupyter's per-test event loops of any test collected after them.
 test: lint test-js chromium
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra --ignore=tests/ui
+	$(PY) -m pytest -q -ra tests/ui
 
 bench: install
 	$(PY) -m bench
