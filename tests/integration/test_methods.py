@@ -3,34 +3,16 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
-from jupyter_cleverthis.service.jobs import JobService
-from jupyter_cleverthis.spec import JobSpec, JobStatus
+from .training_helpers import run_job  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
 
 def _run(tiny_model, dataset, job_name, config, *, workers=2, batch_size=8):
-    svc = JobService()
-    spec = JobSpec(name=job_name, base_model=tiny_model, dataset_path=str(dataset), epochs=1,
-                   batch_size=batch_size, workers=workers, training_config=config)
-    t0 = time.time()
-    for attempt in range(6):  # a loaded machine: the head's job agent may not answer at once
-        try:
-            svc.create(spec, owner="tester")
-            break
-        except Exception as e:  # noqa: BLE001
-            if attempt == 5 or not any(s in str(e) for s in ("No available agent", "Connection aborted")):
-                raise
-            time.sleep(5)
-    final = svc.wait("local", job_name, poll=0.5, timeout=900)
-    evs = svc.events("local", job_name)
-    assert final.status == JobStatus.SUCCEEDED, (final.error, [e for e in evs if e["type"] in ("error", "worker_error")])
-    print(f"{job_name}: {time.time() - t0:.1f} s")
-    return final, evs
+    return run_job(tiny_model, dataset, job_name, config, workers=workers, batch_size=batch_size, timeout=900)
 
 
 def test_packed_job_trains(ray_cluster, tiny_model, dataset, job_name):

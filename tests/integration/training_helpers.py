@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from jupyter_cleverthis.service.jobs import JobService
-from jupyter_cleverthis.spec import JobSpec
+from jupyter_cleverthis.spec import JobSpec, JobStatus
 
 ADAPTER = "adapter_model/adapter_model.safetensors"
 
@@ -87,3 +87,24 @@ def make_cached_model(hf_home: Path, repo_id: str, files_from: Path) -> Path:
     (repo / "refs").mkdir(parents=True, exist_ok=True)
     (repo / "refs" / "main").write_text(commit)
     return snap
+
+
+def run_job(tiny_model, dataset, job_name, config, *, workers=2, batch_size=8, timeout=900):
+    """Create a 1-epoch job with this training_config and wait for it to succeed; returns (detail, events)."""
+    svc = JobService()
+    spec = JobSpec(name=job_name, base_model=tiny_model, dataset_path=str(dataset), epochs=1,
+                   batch_size=batch_size, workers=workers, training_config=config)
+    t0 = time.time()
+    for attempt in range(6):  # a loaded machine: the head's job agent may not answer at once
+        try:
+            svc.create(spec, owner="tester")
+            break
+        except Exception as e:  # noqa: BLE001
+            if attempt == 5 or not any(s in str(e) for s in ("No available agent", "Connection aborted")):
+                raise
+            time.sleep(5)
+    final = svc.wait("local", job_name, poll=0.5, timeout=timeout)
+    evs = svc.events("local", job_name)
+    assert final.status == JobStatus.SUCCEEDED, (final.error, [e for e in evs if e["type"] in ("error", "worker_error")])
+    print(f"{job_name}: {time.time() - t0:.1f} s")
+    return final, evs
