@@ -51,6 +51,18 @@ RAY_TO_STATUS = {
 # capacity (queued), while they load data and weights it is initializing, then running.
 QUEUED_PHASES = {"initializing", "starting_workers"}
 INITIALIZING_PHASES = {"loading_data", "loading_model", "downloading"}
+# The driver's last word.  Workers' log lines reach the driver's log later than its own, so a worker phase
+# ("cancel_checkpoint_written") can follow "cancelled" in the log: a final phase is never replaced.
+FINAL_PHASES = {"cancelled", "failed", "succeeded"}
+
+
+def phase_of(evs: list[dict[str, Any]]) -> str | None:
+    """The job's current phase: the last phase event, except that a final phase is never replaced."""
+    phase = None
+    for ev in evs:
+        if ev["type"] == "phase" and phase not in FINAL_PHASES:
+            phase = ev.get("phase")
+    return phase
 PREFLIGHT_ENTRYPOINT = "python -m cleverthis_runtime.preflight"
 DOWNLOAD_ENTRYPOINT = "python -m cleverthis_runtime.download"
 
@@ -255,11 +267,10 @@ class JobService:
         spec = _spec_of(info)
         detail = JobDetail(**summary.model_dump(), spec=spec)
         original_base = None
+        detail.phase = phase_of(evs)
         for ev in evs:
             t = ev["type"]
-            if t == "phase":
-                detail.phase = ev.get("phase")
-            elif t == "config":
+            if t == "config":
                 detail.checkpoint_dir = ev.get("checkpoint_dir")
                 original_base = ev.get("original_base_model")
             elif t == "plan":

@@ -57,3 +57,13 @@ def test_store_detects_gaps_and_refills_from_the_full_log(tmp_path):
     store.ingest("c", "j", full, final=False)
     assert store.gaps("c", "j") == {}
     assert sorted(e["seq"] for e in store.events("c", "j")) == [1, 2, 3]
+
+
+def test_final_phase_is_not_replaced_by_a_late_worker_line():
+    """A worker's log line can reach the job log after the driver's own last word (seen in CI)."""
+    from jupyter_cleverthis.service.jobs import phase_of
+
+    evs = [{"type": "phase", "phase": p} for p in ("running", "cancelling", "cancelled", "cancel_checkpoint_written")]
+    assert phase_of(evs) == "cancelled"
+    assert phase_of(evs[:2] + [{"type": "step"}]) == "cancelling"
+    assert phase_of([{"type": "step"}]) is None
