@@ -543,8 +543,16 @@ def _spec_json(spec: JobSpec) -> str:
     return json.dumps(data)
 
 
+# What the Jupyter server's environment passes on to its jobs: the model cache, the DeepSpeed op cache, and the
+# usual credentials of object stores (s3:// and gs:// dataset paths, read through fsspec).
+PASSTHROUGH_ENV = ("HF_HOME", "HF_HUB_OFFLINE", "HF_TOKEN", "TORCH_EXTENSIONS_DIR",
+                   "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION",
+                   "AWS_REGION", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
+                   "GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST")
+
+
 def _passthrough_env() -> dict[str, str]:
-    return {k: os.environ[k] for k in ("HF_HOME", "HF_HUB_OFFLINE", "TORCH_EXTENSIONS_DIR") if os.environ.get(k)}
+    return {k: os.environ[k] for k in PASSTHROUGH_ENV if os.environ.get(k)}
 
 
 def downsample(x: list[float], y: list[float], n: int) -> list[int]:
