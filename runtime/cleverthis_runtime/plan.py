@@ -11,10 +11,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .spec import TrainingConfig
+from .spec import TrainingConfig, parallelism_error
 
 GB = 1e9
 BYTES_PER_PARAM = {"full": 8.5, "lora": 2.55, "qlora": 1.1}
+
+
+class PlanError(ValueError):
+    """A training config that cannot run on these devices (e.g. tensor parallelism on CPU)."""
 
 
 @dataclass
@@ -46,6 +50,10 @@ def make_plan(*, params: float, devices: list[Device], workers: int, config: Tra
     dev = min(devices, key=lambda d: d.memory_bytes) if devices else Device("cpu", 16 * GB)
     reasons: dict[str, str] = {}
     on_gpu = dev.kind == "cuda"
+    problem = parallelism_error(config, framework="torch", workers=workers, gpus_per_worker=1.0 if on_gpu else 0.0,
+                                cuda_available=on_gpu)
+    if problem:
+        raise PlanError(f"training_config: {problem}")
 
     if config.mixed_precision is not None:
         precision = config.mixed_precision

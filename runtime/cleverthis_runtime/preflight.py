@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from . import checkpoints, events
 from .data import DatasetError, default_checkpoint_dir, load_dataset, read_training_config
-from .spec import JobSpec, TrainingConfig, error_list, merge_training_config
+from .spec import JobSpec, TrainingConfig, error_list, merge_training_config, parallelism_error
 
 
 def preflight(spec: JobSpec, *, quick: bool = False) -> dict[str, Any]:
@@ -46,6 +46,12 @@ def preflight(spec: JobSpec, *, quick: bool = False) -> dict[str, Any]:
             err("dataset_path", str(e))
     if tc is not None:
         out["training_config"] = tc.model_dump(mode="json")
+        problem = parallelism_error(tc, framework=spec.framework, workers=spec.workers,
+                                    gpus_per_worker=spec.gpus_per_worker)
+        if problem:
+            field = "tensor_parallel_size" if tc.tensor_parallel_size > 1 else "pipeline_parallel_size"
+            err(f"training_config.{field}", problem)
+            tc = None  # no plan for a config that cannot run
 
     ckpt = spec.output_dir or default_checkpoint_dir(spec.dataset_path)
     out["checkpoint_dir"] = ckpt

@@ -111,6 +111,16 @@ class TrainingConfig(_Strict):
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
         "PACK", description="Ray placement of the workers: PACK fills a node first, STRICT_SPREAD puts each on its own node"
     )
+    tensor_parallel_size: int = Field(
+        1, ge=1, le=1024,
+        description="Tensor parallelism: split each layer's weights over this many GPUs (1 = off; needs GPUs; "
+                    "tensor_parallel_size x pipeline_parallel_size must divide workers)",
+    )
+    pipeline_parallel_size: int = Field(
+        1, ge=1, le=1024,
+        description="Pipeline parallelism: split the layers into this many stages on different GPUs (1 = off; "
+                    "needs GPUs; tensor_parallel_size x pipeline_parallel_size must divide workers)",
+    )
     cancel_grace_s: int | None = Field(
         None, ge=5, le=86400,
         description="Seconds a cancelled job may take to write its checkpoint before it is killed; "
@@ -125,7 +135,13 @@ class TrainingConfig(_Strict):
             raise ValueError(f"strategy '{self.strategy}' and deepspeed exclude each other (remove one)")
         if self.quantization is not None and self.method not in ("qlora", None):
             raise ValueError(f"quantization is for method 'qlora' only, not '{self.method}'")
+        if self.model_parallel_size > 1 and self.deepspeed is not None:
+            raise ValueError("tensor/pipeline parallelism and deepspeed exclude each other (remove one)")
         return self
+
+    @property
+    def model_parallel_size(self) -> int:
+        return self.tensor_parallel_size * self.pipeline_parallel_size
 
     @property
     def effective_lora_alpha(self) -> float:
@@ -190,7 +206,37 @@ class JobSpec(_Strict):
                 raise ValueError("framework tensorflow does not support LoRA or DeepSpeed (method must be 'full')")
             if tc.deepspeed is not None:
                 raise ValueError("framework tensorflow does not support LoRA or DeepSpeed (remove 'deepspeed')")
+        if tc is not None:
+            problem = parallelism_error(tc, framework=self.framework, workers=self.workers,
+                                        gpus_per_worker=self.gpus_per_worker)
+            if problem:
+                raise ValueError(problem)
         return self
+
+
+def parallelism_error(tc: TrainingConfig, *, framework: str, workers: int, gpus_per_worker: float,
+                      cuda_available: bool | None = None) -> str | None:
+    """Why this job cannot use the requested tensor/pipeline parallelism, or None (1 x 1 always passes).
+
+    Checked at spec validation (the spec's own training_config), at pre-flight and in the plan (with
+    training_config.json merged), and by the workers (with the node's real devices: `cuda_available`).
+    """
+    tp, pp = tc.tensor_parallel_size, tc.pipeline_parallel_size
+    if tp == 1 and pp == 1:
+        return None
+    which = " and ".join(f"{k} > 1" for k, v in (("tensor_parallel_size", tp), ("pipeline_parallel_size", pp))
+                         if v > 1)
+    if framework == "tensorflow":
+        return f"framework tensorflow does not support tensor or pipeline parallelism ({which}); set them to 1"
+    if workers % (tp * pp):
+        return (f"tensor_parallel_size x pipeline_parallel_size = {tp} x {pp} = {tp * pp} must divide workers "
+                f"({workers}): each group of {tp * pp} workers holds one copy of the model")
+    if gpus_per_worker <= 0 or cuda_available is False:
+        where = "gpus_per_worker is 0" if gpus_per_worker <= 0 else "this node has no CUDA device"
+        return (f"{which} needs GPUs ({where}): tensor and pipeline parallelism split the model over GPUs; "
+                "on CPU use strategy 'fsdp' or deepspeed ZeRO-3 to shard a model that does not fit")
+    return (f"{which} is not supported yet by this runtime (transformers' tp_plan/pipeline stages are not "
+            "wired under Ray TorchTrainer); use strategy 'fsdp' or deepspeed ZeRO-3 to shard the model")
 
 
 def merge_training_config(file_config: dict[str, Any] | None, override: TrainingConfig | None) -> TrainingConfig:

@@ -33,8 +33,8 @@ from transformers import TrainerCallback
 from . import checkpoints, events, methods, strategies
 from .control import WorkerControl, is_fatal
 from .data import load_dataset, tokenize_all
-from .plan import Device, make_plan
-from .spec import JobSpec, TrainingConfig
+from .plan import Device, PlanError, make_plan
+from .spec import JobSpec, TrainingConfig, parallelism_error
 from .triage import classify
 
 log = logging.getLogger(__name__)
@@ -113,6 +113,10 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
     def emit(type_: str, **kw: Any) -> dict[str, Any] | None:
         return events.emit(type_, **kw) if is_main else None
 
+    problem = parallelism_error(tc, framework=spec.framework, workers=world, gpus_per_worker=spec.gpus_per_worker,
+                                cuda_available=torch.cuda.is_available())
+    if problem:  # before any data or model is loaded (training_config.json may have set them)
+        raise PlanError(f"training_config: {problem}")
     torch.set_num_threads(max(1, int(spec.cpus_per_worker)))
     set_seed(tc.seed)
     if is_main:
