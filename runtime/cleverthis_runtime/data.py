@@ -3,6 +3,10 @@
 Formats: JSONL with `messages` (ChatML conversations) or `instruction`/`output` (optional `input`), a single
 file or a folder of `.jsonl` files; or a `datasets.Dataset.save_to_disk` folder (Arrow). Every defect is
 reported with the file and line number.
+
+Remote paths (`s3://`, `gs://`/`gcs://`, or any other fsspec URL) are read through fsspec the same way as
+local ones (s3fs, gcsfs; credentials from the node's usual environment: AWS_*, AWS_ENDPOINT_URL,
+GOOGLE_APPLICATION_CREDENTIALS...). Their checkpoints go to a local folder (`default_checkpoint_dir`).
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 import bisect
 import json
 import os
+import posixpath
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,19 +47,106 @@ class Dataset:
     files: list[str] = field(default_factory=list)
 
 
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def is_remote(path: str) -> bool:
+    """An fsspec URL (s3://, gs://...) rather than a path on this node (file:// counts as local)."""
+    m = _URL.match(path)
+    return bool(m) and m.group(1).lower() not in ("file", "local")
+
+
+def _fs(url: str) -> tuple[Any, str]:
+    """(fsspec filesystem, path without the protocol); a missing backend is a clear error."""
+    import fsspec
+
+    try:
+        return fsspec.core.url_to_fs(url)
+    except ImportError as e:
+        raise DatasetError(f"dataset path {url}: no fsspec backend for this URL on this node ({e}); "
+                           "install jupyter-cleverthis[train] (s3fs, gcsfs)") from e
+
+
+def _remote_call(url: str, what: str, fn: Any, *args: Any) -> Any:
+    """A filesystem call whose failure (missing bucket, no credentials, refused) names the path."""
+    try:
+        return fn(*args)
+    except DatasetError:
+        raise
+    except FileNotFoundError as e:
+        raise DatasetError(f"dataset path {url} does not exist ({what}: {e})") from e
+    except Exception as e:  # botocore/google errors are not all OSErrors
+        raise DatasetError(f"dataset path {url}: cannot {what} ({type(e).__name__}: {e}); check the bucket "
+                           "name and the node's credentials (AWS_*, AWS_ENDPOINT_URL, "
+                           "GOOGLE_APPLICATION_CREDENTIALS)") from e
+
+
+def _join(url: str, name: str) -> str:
+    return url.rstrip("/") + "/" + name
+
+
+def _remote_parent(url: str) -> str:
+    m = _URL.match(url)
+    assert m
+    rest = url[m.end():].rstrip("/")
+    parent = posixpath.dirname(rest)
+    return f"{m.group(0)}{parent or rest}"
+
+
+def _remote_isdir(url: str) -> bool:
+    fs, p = _fs(url)
+    return bool(_remote_call(url, "list it", fs.isdir, p))
+
+
+def _remote_exists(url: str) -> bool:
+    fs, p = _fs(url)
+    return bool(_remote_call(url, "read it", fs.exists, p))
+
+
+def exists(path: str) -> bool:
+    """The dataset path exists (on this node, or at its URL)."""
+    return _remote_exists(path) if is_remote(path) else os.path.exists(path)
+
+
 def data_root(dataset_path: str) -> str:
     """The folder that holds the data: the path itself for a folder of JSONL files, else its parent.
 
     An Arrow folder (`save_to_disk`) and a single file are both "the dataset"; their parent holds it.
     """
+    if is_remote(dataset_path):
+        if _remote_isdir(dataset_path) and not _remote_is_arrow(dataset_path):
+            return dataset_path.rstrip("/")
+        return _remote_parent(dataset_path)
     p = Path(dataset_path)
     if p.is_dir() and not is_arrow_dir(p):
         return str(p)
     return str(p.parent)
 
 
+def remote_checkpoint_dir(dataset_url: str) -> str:
+    """A local folder for a remote dataset's checkpoints: `$CLEVERTHIS_HOME/checkpoints/<scheme>/<bucket>/<key>`
+    (CLEVERTHIS_HOME defaults to ~/.cleverthis), computed without touching the bucket. Checkpoints are written
+    with a local atomic rename, which object stores do not have."""
+    m = _URL.match(dataset_url)
+    assert m
+    home = os.environ.get("CLEVERTHIS_HOME") or os.path.expanduser("~/.cleverthis")
+    parts = [x for x in dataset_url[m.end():].split("/") if x not in ("", ".", "..")]
+    return os.path.join(home, "checkpoints", m.group(1).lower(), *parts)
+
+
 def default_checkpoint_dir(dataset_path: str) -> str:
+    if is_remote(dataset_path):
+        return remote_checkpoint_dir(dataset_path)
     return os.path.join(data_root(dataset_path), "checkpoints")
+
+
+def _remote_is_arrow(url: str) -> bool:
+    fs, p = _fs(url)
+
+    def has(name: str) -> bool:
+        return bool(_remote_call(url, "read it", fs.exists, posixpath.join(p, name)))
+
+    return (has("dataset_info.json") or has("dataset_dict.json")) and (has("state.json") or has("dataset_dict.json"))
 
 
 def is_arrow_dir(p: Path) -> bool:
@@ -64,11 +157,22 @@ def is_arrow_dir(p: Path) -> bool:
 
 def read_training_config(dataset_path: str) -> tuple[dict[str, Any] | None, str | None]:
     """The training_config.json found beside the data, as a raw dict (validated by the caller)."""
+    if is_remote(dataset_path):
+        cfg_url = _join(data_root(dataset_path), TRAINING_CONFIG_FILE)
+        if not _remote_exists(cfg_url):
+            return None, None
+        fs, p = _fs(cfg_url)
+        raw = _remote_call(cfg_url, "read it", fs.cat_file, p)
+        return _parse_training_config(raw.decode("utf-8-sig", errors="replace"), cfg_url)
     cfg = Path(data_root(dataset_path)) / TRAINING_CONFIG_FILE
     if not cfg.exists():
         return None, None
+    return _parse_training_config(cfg.read_text(encoding="utf-8-sig"), cfg)
+
+
+def _parse_training_config(text: str, cfg: Any) -> tuple[dict[str, Any], str]:
     try:
-        data = json.loads(cfg.read_text(encoding="utf-8-sig"))
+        data = json.loads(text)
     except ValueError as e:
         raise DatasetError(f"{cfg}: not valid JSON ({e})") from e
     if not isinstance(data, dict):
@@ -102,10 +206,17 @@ def detect_record_format(rec: Any, where: str) -> str:
     )
 
 
+def _open_binary(path: str) -> Any:
+    if is_remote(path):
+        fs, p = _fs(path)
+        return _remote_call(path, "open it", fs.open, p, "rb")
+    return open(path, "rb")
+
+
 def read_jsonl(path: str) -> tuple[str, list[dict[str, Any]]]:
     fmt: str | None = None
     records: list[dict[str, Any]] = []
-    with open(path, "rb") as fh:
+    with _open_binary(path) as fh:
         for lineno, raw in enumerate(fh, start=1):
             where = f"{path} line {lineno}"
             try:
@@ -130,6 +241,8 @@ def read_jsonl(path: str) -> tuple[str, list[dict[str, Any]]]:
 
 
 def load_dataset(dataset_path: str) -> Dataset:
+    if is_remote(dataset_path):
+        return _load_remote(dataset_path)
     p = Path(dataset_path)
     if not p.exists():
         raise DatasetError(f"dataset path {dataset_path} does not exist on this node")
@@ -141,15 +254,7 @@ def load_dataset(dataset_path: str) -> Dataset:
             raise DatasetError(f"dataset path {dataset_path}: no .jsonl files and not a saved datasets.Dataset")
     else:
         files = [str(p)]
-    fmt: str | None = None
-    records: list[dict[str, Any]] = []
-    for f in files:
-        ffmt, recs = read_jsonl(f)
-        if fmt is not None and ffmt != fmt:
-            raise DatasetError(f"{f}: format {ffmt} differs from {fmt} in {files[0]}")
-        fmt = ffmt
-        records.extend(recs)
-    assert fmt is not None
+    fmt, records = _read_files(files)
     validation: list[dict[str, Any]] = []
     vfile = Path(data_root(dataset_path)) / VALIDATION_FILE
     if vfile.exists() and str(vfile) not in files:
@@ -159,10 +264,57 @@ def load_dataset(dataset_path: str) -> Dataset:
     return Dataset(path=dataset_path, format=fmt, records=records, validation=validation, files=files)
 
 
-def _load_arrow(p: Path) -> Dataset:
+def _read_files(files: list[str]) -> tuple[str, list[dict[str, Any]]]:
+    fmt: str | None = None
+    records: list[dict[str, Any]] = []
+    for f in files:
+        ffmt, recs = read_jsonl(f)
+        if fmt is not None and ffmt != fmt:
+            raise DatasetError(f"{f}: format {ffmt} differs from {fmt} in {files[0]}")
+        fmt = ffmt
+        records.extend(recs)
+    assert fmt is not None
+    return fmt, records
+
+
+def _load_remote(url: str) -> Dataset:
+    """The same formats and rules as a local path, read through fsspec; errors name the URL."""
+    url = url.rstrip("/")
+    fs, p = _fs(url)
+    if not _remote_call(url, "read it", fs.exists, p):
+        bucket = p.split("/", 1)[0]
+        if bucket != p and not _remote_call(url, "read it", fs.exists, bucket):
+            raise DatasetError(f"dataset path {url} does not exist: no bucket '{bucket}' (or these credentials "
+                               "cannot see it)")
+        raise DatasetError(f"dataset path {url} does not exist (no such object or prefix in the bucket)")
+    if _remote_call(url, "list it", fs.isdir, p):
+        if _remote_is_arrow(url):
+            return _load_arrow(url)
+        listed = _remote_call(url, "list it", fs.ls, p, False)
+        names = sorted(str(x) for x in listed if str(x).endswith(".jsonl")
+                       and posixpath.basename(str(x)) != VALIDATION_FILE)
+        files = [_join(url, posixpath.basename(n)) for n in names]
+        if not files:
+            raise DatasetError(f"dataset path {url}: no .jsonl files and not a saved datasets.Dataset")
+    else:
+        files = [url]
+    fmt, records = _read_files(files)
+    validation: list[dict[str, Any]] = []
+    vurl = _join(data_root(url), VALIDATION_FILE)
+    if vurl not in files and _remote_exists(vurl):
+        vfmt, validation = read_jsonl(vurl)
+        if vfmt != fmt:
+            raise DatasetError(f"{vurl}: format {vfmt} differs from the training data's {fmt}")
+    return Dataset(path=url, format=fmt, records=records, validation=validation, files=files)
+
+
+def _load_arrow(p: Path | str) -> Dataset:
     import datasets
 
-    ds = datasets.load_from_disk(str(p))
+    if isinstance(p, str) and is_remote(p):  # datasets reads the folder through fsspec itself
+        ds = _remote_call(p, "load the saved dataset", datasets.load_from_disk, p)
+    else:
+        ds = datasets.load_from_disk(str(p))
     if isinstance(ds, datasets.DatasetDict):
         train = ds["train"] if "train" in ds else next(iter(ds.values()))
         val = ds["validation"] if "validation" in ds else None

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from . import checkpoints, events
-from .data import DatasetError, default_checkpoint_dir, load_dataset, read_training_config
+from .data import DatasetError, default_checkpoint_dir, exists, is_remote, load_dataset, read_training_config
 from .spec import JobSpec, TrainingConfig, error_list, merge_training_config, parallelism_error
 
 
@@ -28,9 +28,16 @@ def preflight(spec: JobSpec, *, quick: bool = False) -> dict[str, Any]:
 
     tc: TrainingConfig | None = None
     ds = None
-    if not os.path.exists(spec.dataset_path):
-        err("dataset_path", f"dataset path {spec.dataset_path} does not exist on the cluster's head node")
-    else:
+    try:
+        present = exists(spec.dataset_path)  # a remote URL: read through fsspec with the node's credentials
+    except DatasetError as e:
+        err("dataset_path", str(e))
+        present = None
+    if present is False:
+        err("dataset_path", f"dataset path {spec.dataset_path} does not exist"
+                            + (" (no such object or prefix)" if is_remote(spec.dataset_path)
+                               else " on the cluster's head node"))
+    elif present:
         try:
             file_cfg, cfg_path = read_training_config(spec.dataset_path)
             out["training_config_file"] = cfg_path
@@ -53,6 +60,16 @@ def preflight(spec: JobSpec, *, quick: bool = False) -> dict[str, Any]:
             err(f"training_config.{field}", problem)
             tc = None  # no plan for a config that cannot run
 
+    if spec.framework == "tensorflow":  # a tf-keras model folder; no LoRA/DeepSpeed (tf_train.py)
+        from .tf_train import TFModelError, check_base_model, unsupported_config
+
+        try:
+            check_base_model(spec.base_model)
+        except TFModelError as e:
+            err("base_model", str(e))
+        for field, message in unsupported_config(tc) if tc is not None else []:
+            err(field, f"{out.get('training_config_file') or 'training_config'}: {message}")
+
     ckpt = spec.output_dir or default_checkpoint_dir(spec.dataset_path)
     out["checkpoint_dir"] = ckpt
     owner = checkpoints.owner_of(ckpt)
@@ -69,6 +86,10 @@ def preflight(spec: JobSpec, *, quick: bool = False) -> dict[str, Any]:
 
 
 def _model_facts(spec: JobSpec, tc: TrainingConfig, ds: Any, out: dict[str, Any], err: Any) -> None:
+    if spec.framework == "tensorflow":
+        from .tf_train import preflight_facts
+
+        return preflight_facts(spec, tc, ds, out, err)
     try:
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer

@@ -183,7 +183,8 @@ class JobSpec(_Strict):
     output_dir: str | None = Field(
         None,
         title="Checkpoint folder",
-        description="Where checkpoints go; default: the checkpoints/ folder beside the data (see README)",
+        description="Where checkpoints go (a folder on the nodes); default: the checkpoints/ folder beside the data, "
+                    "or $CLEVERTHIS_HOME/checkpoints/... for an s3:// or gs:// dataset (see README)",
     )
     training_config: TrainingConfig | None = Field(
         None,
@@ -196,6 +197,15 @@ class JobSpec(_Strict):
     def _name_safe(cls, v: str) -> str:
         if ".." in v:
             raise ValueError("must not contain '..'")
+        return v
+
+    @field_validator("output_dir")
+    @classmethod
+    def _output_dir_local(cls, v: str | None) -> str | None:
+        if v is not None and re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", v):
+            raise ValueError("must be a folder on the cluster's nodes, not a URL: checkpoints are written with an "
+                             "atomic rename that object stores lack (a remote dataset's default is a local folder, "
+                             "see README, Data)")
         return v
 
     @model_validator(mode="after")
