@@ -7,7 +7,7 @@ STAMP := $(VENV)/.cleverthis-installed
 # Tools the steps call by name (jupyter-builder, jupyter, ray) come from the project's venv.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: install demo test lint test-unit test-integration test-js bench clean chromium
+.PHONY: install install-tf demo test lint test-unit test-integration test-js bench clean chromium
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,18 @@ $(STAMP): pyproject.toml js/package.json js/package-lock.json | $(PY)
 	touch $@
 
 install: $(STAMP)
+
+# framework: tensorflow jobs run in their own environment (TensorFlow never enters .venv): README, "TensorFlow".
+# The same base python as .venv (Ray needs the same Python and Ray versions on both sides).
+TF_VENV ?= .venv-tf
+TF_STAMP := $(TF_VENV)/.cleverthis-installed
+$(TF_STAMP): requirements-tf.txt | $(PY)
+	test -x $(TF_VENV)/bin/python || "$$($(PY) -c 'import sys; print(sys._base_executable)')" -m venv $(TF_VENV)
+	$(TF_VENV)/bin/python -m pip install -q --upgrade pip
+	$(TF_VENV)/bin/python -m pip install -q -r requirements-tf.txt
+	touch $@
+
+install-tf: $(TF_STAMP)
 
 demo: install
 	$(PY) examples/demo.py
@@ -37,7 +49,7 @@ chromium:
 
 # The browser tests run in their own pytest process: Playwright's sync API leaves an asyncio loop running in
 # the main thread, which breaks pytest-jupyter's per-test event loops of any test collected after them.
-test: lint test-js chromium
+test: lint test-js chromium install-tf
 	$(PY) -m pytest -q -ra --ignore=tests/ui
 	$(PY) -m pytest -q -ra tests/ui
 
@@ -45,4 +57,4 @@ bench: install
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) js/node_modules js/lib jupyter_cleverthis/labextension jupyter_cleverthis/widgets/static .cache
+	rm -rf $(VENV) $(TF_VENV) js/node_modules js/lib jupyter_cleverthis/labextension jupyter_cleverthis/widgets/static .cache

@@ -64,6 +64,9 @@ def phase_of(evs: list[dict[str, Any]]) -> str | None:
             phase = ev.get("phase")
     return phase
 PREFLIGHT_ENTRYPOINT = "python -m cleverthis_runtime.preflight"
+# framework tensorflow: the driver and the workers run with the TensorFlow environment's python (README, "TensorFlow").
+TF_PYTHON_ENV = "CLEVERTHIS_TF_PYTHON"
+TF_VENV = Path(__file__).resolve().parents[2] / ".venv-tf"
 DOWNLOAD_ENTRYPOINT = "python -m cleverthis_runtime.download"
 
 
@@ -127,8 +130,14 @@ class JobService:
         tc = spec.training_config
         env_vars["RAY_JOB_STOP_WAIT_TIME_S"] = str(stop_grace_seconds(
             spec.base_model, tc.method if tc else None, tc.cancel_grace_s if tc else None))
-        return {"py_modules": [str(Path(cleverthis_runtime.__file__).parent)],
-                "env_vars": {**env_vars, **_passthrough_env()}}
+        env = {"py_modules": [str(Path(cleverthis_runtime.__file__).parent)],
+               "env_vars": {**env_vars, **_passthrough_env()}}
+        if spec.framework == "tensorflow":
+            # Ray starts the job's supervisor and every worker with this python (the entrypoint too: _entrypoint);
+            # tf-keras, because Keras 3 `fit` fails under MultiWorkerMirroredStrategy.
+            env["py_executable"] = tf_python()
+            env["env_vars"].update({"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
+        return env
 
     def _short_job(self, cluster: str, *, kind: str, entrypoint: str, runtime_env: dict[str, Any], answer: str,
                    timeout: float, what: str, metadata: dict[str, str] | None = None,
@@ -216,7 +225,7 @@ class JobService:
         }
         try:
             client.submit_job(
-                entrypoint=ENTRYPOINT, submission_id=spec.name, runtime_env=self._runtime_env(spec),
+                entrypoint=_entrypoint(spec), submission_id=spec.name, runtime_env=self._runtime_env(spec),
                 metadata=metadata,
             )
         except RuntimeError as e:
@@ -471,6 +480,31 @@ class JobService:
             elapsed_s=round(elapsed, 1) if elapsed is not None else None,
             message=_short_message(info.message) if status == JobStatus.FAILED else None,
         )
+
+
+def tf_python() -> str:
+    """The TensorFlow environment's python: $CLEVERTHIS_TF_PYTHON (a path on the cluster's nodes), else this
+    checkout's .venv-tf (built by `make install-tf`)."""
+    configured = os.environ.get(TF_PYTHON_ENV)
+    if configured:
+        return configured
+    local = TF_VENV / "bin" / "python"
+    if local.exists():
+        return str(local)
+    raise InvalidSpec(
+        f"framework: tensorflow needs the TensorFlow environment, which is not installed: build it with "
+        f"`make install-tf` ({TF_VENV}) or set {TF_PYTHON_ENV} to the python of an environment with "
+        f"requirements-tf.txt on the cluster's nodes",
+        details={"field": "framework"},
+    )
+
+
+def _entrypoint(spec: JobSpec) -> str:
+    if spec.framework == "tensorflow":
+        import shlex
+
+        return f"{shlex.quote(tf_python())} -m cleverthis_runtime"
+    return ENTRYPOINT
 
 
 def _spec_of(info: Any) -> dict[str, Any] | None:

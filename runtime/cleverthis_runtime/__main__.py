@@ -24,8 +24,10 @@ from .triage import classify
 
 def prepare(spec: JobSpec, job: str) -> dict[str, Any]:
     """Everything checked before any worker starts; returns the workers' config."""
-    if spec.framework != "torch":
-        raise NotImplementedError("framework tensorflow is not available in this runtime version yet")
+    if spec.framework == "tensorflow":  # a local tf-keras model folder (tf_train.py), checked before any worker starts
+        from .tf_train import check_base_model
+
+        check_base_model(spec.base_model)
     file_cfg, cfg_path = read_training_config(spec.dataset_path) if os.path.exists(spec.dataset_path) else (None, None)
     try:
         tc = merge_training_config(file_cfg, spec.training_config)
@@ -63,6 +65,10 @@ def prepare(spec: JobSpec, job: str) -> dict[str, Any]:
 
 
 def run(spec: JobSpec, job: str) -> None:
+    if spec.framework == "tensorflow":  # TensorflowTrainer, in the TensorFlow environment (tf_train.py)
+        from .tf_train import run_driver
+
+        return run_driver(spec, job, prepare(spec, job))
     import ray
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
