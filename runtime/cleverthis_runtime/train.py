@@ -392,6 +392,54 @@ def _set_rng_state(torch: Any, st: dict[str, Any] | None) -> None:
             torch.cuda.random.set_rng_state(st["cuda"])
 
 
+class RayMetrics:
+    """The main figures as Ray metrics (`ray.util.metrics` gauges tagged with the job name), so the Ray
+    dashboard's metrics view and the nodes' Prometheus export show them: `ray_cleverthis_train_loss`,
+    `..._learning_rate`, `..._tokens_per_s`, `..._step`, `..._epoch`. Set by rank 0 at most once per
+    `interval_s` (an epoch end forces it); never lets a metrics failure reach training."""
+
+    FIGURES = {
+        "loss": "Training loss (latest logged step)",
+        "learning_rate": "Learning rate",
+        "tokens_per_s": "Training throughput in (non-padding) tokens per second",
+        "step": "Global optimizer step",
+        "epoch": "Epoch progress (fractional)",
+    }
+
+    def __init__(self, job: str, interval_s: float = 1.0) -> None:
+        self.job, self.interval_s = job, interval_s
+        self.gauges: dict[str, Any] | None = None
+        self.last = float("-inf")
+        self.failed = False
+
+    def _make(self) -> dict[str, Any]:
+        from ray.util.metrics import Gauge
+
+        return {k: Gauge(f"cleverthis_train_{k}", description=d, tag_keys=("job",)) for k, d in self.FIGURES.items()}
+
+    def publish(self, *, force: bool = False, now: float | None = None, **values: float | None) -> bool:
+        now = time.monotonic() if now is None else now
+        if self.failed or (not force and now - self.last < self.interval_s):
+            return False
+        try:
+            if self.gauges is None:
+                import ray
+
+                if not ray.is_initialized():  # run() outside Ray (tests): nothing to export to
+                    self.failed = True
+                    return False
+                self.gauges = self._make()
+            for key, value in values.items():
+                if value is not None and key in self.gauges:
+                    self.gauges[key].set(float(value), tags={"job": self.job})
+        except Exception as e:  # noqa: BLE001 - metrics are best effort
+            self.failed = True
+            log.warning("Ray metrics disabled: %s", e)
+            return False
+        self.last = now
+        return True
+
+
 class _EventsAndCheckpoints(TrainerCallback):
     """A TrainerCallback emitting step/epoch events, writing epoch checkpoints and the cancel checkpoint."""
 
@@ -414,6 +462,7 @@ class _EventsAndCheckpoints(TrainerCallback):
         self.best: tuple[float, str] | None = _existing_best(ckpt_root)
         self.stop_pending = False
         self.stopped = False
+        self.metrics = RayMetrics(job) if rank == 0 else None
 
     # -- events ---------------------------------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
@@ -453,6 +502,10 @@ class _EventsAndCheckpoints(TrainerCallback):
             tokens_per_s=round(tps, 1) if tps is not None else None,
             eta_s=round(rate * (state.max_steps - state.global_step), 1),
         )
+        if self.metrics is not None:
+            self.metrics.publish(loss=self.last_loss, learning_rate=float(logs.get("learning_rate", 0.0)),
+                                 tokens_per_s=tps, step=self.step_offset + state.global_step,
+                                 epoch=self.epoch_offset + float(state.epoch or 0))
         self.last_t, self.last_tokens, self.last_step = now, tokens, state.global_step
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
@@ -482,6 +535,9 @@ class _EventsAndCheckpoints(TrainerCallback):
         epoch = self.epoch_offset + round(state.epoch or 0)
         self.emit("epoch", epoch=epoch, step=self.step_offset + state.global_step, train_loss=self.last_loss,
                   elapsed_s=round(time.time() - self.t0, 2))
+        if self.metrics is not None:
+            self.metrics.publish(force=True, loss=self.last_loss, step=self.step_offset + state.global_step,
+                                 epoch=self.epoch_offset + float(state.epoch or 0))
         if args.eval_strategy == "no" or str(args.eval_strategy) == "IntervalStrategy.NO":
             self._maybe_save(state, control)
         # With validation, Trainer evaluates after on_epoch_end; the checkpoint waits for eval_loss.
