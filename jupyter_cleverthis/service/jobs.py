@@ -92,6 +92,8 @@ class JobService:
             try:
                 c = JobSubmissionClient(cfg.address, headers=cfg.headers(), verify=True)
             except Exception as e:
+                if cfg.managed and not ping(cfg):  # its address is gone with it: say how to start it
+                    raise ClusterNotRunning(_not_running(cfg), details={"field": "cluster"}) from e
                 raise ClusterNotRunning(
                     f"cluster '{cluster}' at {cfg.address} is not reachable: {_short(e)}",
                     details={"field": "cluster"},
@@ -103,11 +105,7 @@ class JobService:
     def ensure_running(self, cluster: str) -> ClusterConfig:
         cfg = self.cluster(cluster)
         if not ping(cfg):
-            hint = " (start it with `%train cluster up`)" if cfg.managed else ""
-            raise ClusterNotRunning(
-                f"cluster '{cluster}' is not running: no answer from {cfg.address}{hint}",
-                details={"field": "cluster"},
-            )
+            raise ClusterNotRunning(_not_running(cfg), details={"field": "cluster"})
         return cfg
 
     # -- jobs -------------------------------------------------------------------------------------------------
@@ -289,6 +287,9 @@ class JobService:
                 detail.metrics = Metrics(**{k: ev.get(k) for k in Metrics.model_fields})
             elif t == "checkpoint" and ev.get("name", "").startswith("epoch-") and ev.get("name") != "epoch-final":
                 detail.checkpoints.append(Checkpoint(**{k: ev.get(k) for k in Checkpoint.model_fields}))
+            elif t == "utilisation":  # the latest per worker, by rank
+                detail.utilisation = sorted([u for u in detail.utilisation if u.get("rank") != ev.get("rank")] + [ev],
+                                            key=lambda u: u.get("rank") or 0)
             elif t == "error" and detail.error is None:
                 detail.error, detail.error_kind = ev.get("message"), ev.get("kind")
                 detail.traceback = ev.get("traceback")
@@ -428,7 +429,8 @@ class JobService:
                 return None
             raise ClusterError(f"Ray could not describe job '{name}': {_short(e)}") from e
 
-    def _refresh_events(self, cluster: str, name: str, info: Any) -> list[dict[str, Any]]:
+    def _refresh_events(self, cluster: str, name: str, info: Any,
+                        types: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
         _, final = self.store.cursor(cluster, name)
         if not final:
             terminal = str(getattr(info.status, "value", info.status)) in ("SUCCEEDED", "FAILED", "STOPPED")
@@ -438,14 +440,19 @@ class JobService:
                 log.debug("logs of %s not available yet: %s", name, e)
             else:
                 self.store.ingest(cluster, name, text, final=terminal)
-        return self.store.events(cluster, name)
+        return self.store.events(cluster, name, types=types)
 
     def _summary(self, cluster: str, info: Any, evs: list[dict[str, Any]] | None = None) -> JobSummary:
         ray_status = str(getattr(info.status, "value", info.status))
         status = RAY_TO_STATUS.get(ray_status)
+        if evs is None:
+            # The job list: only phase events, from the store.  Ray's log is fetched (whole: its API has no
+            # range) only while a running job's phases cannot tell its status yet, so a job printing 10,000
+            # lines a second does not slow the list down (README, "Reliability").
+            evs = self.store.events(cluster, info.submission_id, types=("phase",))
+            if status is None and not any(e.get("phase") not in QUEUED_PHASES | INITIALIZING_PHASES for e in evs):
+                evs = self._refresh_events(cluster, info.submission_id, info, types=("phase",))
         if status is None:  # RUNNING: the runtime's phase events tell queued / initializing / running apart
-            if evs is None:
-                evs = self._refresh_events(cluster, info.submission_id, info)
             phases = [e.get("phase") for e in evs if e["type"] == "phase"]
             status = JobStatus.QUEUED
             if any(p in INITIALIZING_PHASES for p in phases):
@@ -583,6 +590,12 @@ PASSTHROUGH_ENV = ("HF_HOME", "HF_HUB_OFFLINE", "HF_TOKEN", "TORCH_EXTENSIONS_DI
                    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION",
                    "AWS_REGION", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
                    "GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST")
+
+
+def _not_running(cfg: ClusterConfig) -> str:
+    if cfg.managed:
+        return f"cluster '{cfg.name}' is not running (start it with `%train cluster up`)"
+    return f"cluster '{cfg.name}' is not running: no answer from {cfg.address}"
 
 
 def _passthrough_env() -> dict[str, str]:
