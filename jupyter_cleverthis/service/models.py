@@ -63,3 +63,5 @@ class JobDetail(JobSummary):
     serving: dict[str, Any] | None = None
     log_url: str | None = None
     plan: dict[str, Any] | None = None
+    # The latest `utilisation` event of each worker (rank, cpu_percent, rss_bytes; GPU figures on CUDA).
+    utilisation: list[dict[str, Any]] = []

@@ -440,6 +440,70 @@ class RayMetrics:
         return True
 
 
+class Utilisation:
+    """Per-worker `utilisation` events (every worker, not only rank 0): CPU % and RSS of the worker process
+    (psutil), and on CUDA the GPU's utilisation and memory through NVML (pynvml, when installed) or torch."""
+
+    def __init__(self, rank: int, torch: Any, interval_s: float = 10.0) -> None:
+        import psutil
+
+        self.rank, self.torch, self.interval_s = rank, torch, interval_s
+        self.proc = psutil.Process()
+        self.proc.cpu_percent(None)  # the first call only starts the measurement
+        self.last = time.monotonic()
+        self.nvml: Any = None
+        if torch.cuda.is_available():
+            try:
+                import pynvml
+
+                pynvml.nvmlInit()
+                self.nvml = pynvml
+            except Exception:  # noqa: BLE001 - no NVML: torch's own figures only
+                self.nvml = None
+
+    def maybe_emit(self, *, force: bool = False, **extra: Any) -> dict[str, Any] | None:
+        now = time.monotonic()
+        if not force and now - self.last < self.interval_s:
+            return None
+        self.last = now
+        return events.emit("utilisation", **self.sample(), **extra)
+
+    def sample(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"rank": self.rank, "hostname": socket.gethostname(), "pid": os.getpid()}
+        try:
+            out["cpu_percent"] = round(self.proc.cpu_percent(None), 1)
+            out["rss_bytes"] = int(self.proc.memory_info().rss)
+        except Exception:  # noqa: BLE001
+            pass
+        torch = self.torch
+        if torch.cuda.is_available():
+            try:
+                dev = torch.cuda.current_device()
+                out["gpu_index"] = dev
+                out["gpu_memory_allocated_bytes"] = int(torch.cuda.memory_allocated(dev))
+                free, total = torch.cuda.mem_get_info(dev)
+                out["gpu_memory_used_bytes"], out["gpu_memory_total_bytes"] = int(total - free), int(total)
+                if self.nvml is not None:
+                    handle = self._nvml_handle(dev)
+                    out["gpu_util_percent"] = float(self.nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+                    mem = self.nvml.nvmlDeviceGetMemoryInfo(handle)
+                    out["gpu_memory_used_bytes"], out["gpu_memory_total_bytes"] = int(mem.used), int(mem.total)
+            except Exception as e:  # noqa: BLE001 - a figure missing is better than a failed job
+                out["gpu_error"] = f"{type(e).__name__}: {e}"[:200]
+        return out
+
+    def _nvml_handle(self, dev: int) -> Any:
+        """NVML counts physical GPUs; CUDA counts the visible ones (CUDA_VISIBLE_DEVICES, set by Ray)."""
+        visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+        if dev < len(visible):
+            v = visible[dev]
+            if v.startswith(("GPU-", "MIG-")):
+                return self.nvml.nvmlDeviceGetHandleByUUID(v)
+            if v.isdigit():
+                return self.nvml.nvmlDeviceGetHandleByIndex(int(v))
+        return self.nvml.nvmlDeviceGetHandleByIndex(dev)
+
+
 class _EventsAndCheckpoints(TrainerCallback):
     """A TrainerCallback emitting step/epoch events, writing epoch checkpoints and the cancel checkpoint."""
 
@@ -463,6 +527,7 @@ class _EventsAndCheckpoints(TrainerCallback):
         self.stop_pending = False
         self.stopped = False
         self.metrics = RayMetrics(job) if rank == 0 else None
+        self.utilisation = Utilisation(rank, torch)
 
     # -- events ---------------------------------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
@@ -476,6 +541,7 @@ class _EventsAndCheckpoints(TrainerCallback):
         self.emit("phase", phase="running", total_steps=self.step_offset + state.max_steps,
                   epochs=self.epoch_offset + args.num_train_epochs, start_epoch=self.last_epoch,
                   start_step=self.step_offset + state.global_step)
+        self.utilisation.last = time.monotonic()  # the first sample ~10 s in (CPU % over that span)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any) -> None:
         logs = logs or {}
@@ -511,6 +577,7 @@ class _EventsAndCheckpoints(TrainerCallback):
     def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if STEP_DELAY_S:
             time.sleep(STEP_DELAY_S)
+        self.utilisation.maybe_emit(step=self.step_offset + state.global_step)
         if self.stopped or not self._stop_agreed():
             return
         if abs(float(state.epoch or 0) - round(float(state.epoch or 0))) < 1e-6:
@@ -535,6 +602,7 @@ class _EventsAndCheckpoints(TrainerCallback):
         epoch = self.epoch_offset + round(state.epoch or 0)
         self.emit("epoch", epoch=epoch, step=self.step_offset + state.global_step, train_loss=self.last_loss,
                   elapsed_s=round(time.time() - self.t0, 2))
+        self.utilisation.maybe_emit(force=True, step=self.step_offset + state.global_step, epoch=epoch)
         if self.metrics is not None:
             self.metrics.publish(force=True, loss=self.last_loss, step=self.step_offset + state.global_step,
                                  epoch=self.epoch_offset + float(state.epoch or 0))

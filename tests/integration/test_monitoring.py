@@ -1,5 +1,5 @@
 """Monitoring on the real Ray cluster: the main figures in the Ray metrics export (the node's Prometheus
-endpoint, as the dashboard reads it)."""
+endpoint, as the dashboard reads it) and per-worker `utilisation` events kept in the job detail."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def scrape(port: int, job: str) -> dict[str, float]:
     return found
 
 
-def test_ray_metrics_in_the_prometheus_export(ray_cluster, tiny_model, dataset, job_name, cleverthis_home, monkeypatch):
+def test_ray_metrics_and_utilisation(ray_cluster, tiny_model, dataset, job_name, cleverthis_home, monkeypatch):
     delay_steps(monkeypatch, 0.6)  # ~25 s of training: a few Ray metrics reports (every ~10 s)
     port = metrics_port(cleverthis_home)
     svc = JobService()
@@ -62,3 +62,10 @@ def test_ray_metrics_in_the_prometheus_export(ray_cluster, tiny_model, dataset, 
         time.sleep(2)
     assert set(seen) == set(FIGURES), seen
     assert seen["loss"] > 0 and seen["step"] >= 1
+
+    evs = svc.events("local", job_name)
+    util = [e for e in evs if e["type"] == "utilisation"]
+    assert len([u for u in util if u.get("epoch") is not None]) == 2  # one at each epoch end
+    assert all(u["rank"] == 0 and u["rss_bytes"] > 50_000_000 and u["cpu_percent"] >= 0 for u in util)
+    assert [u["rank"] for u in final.utilisation] == [0]
+    assert final.utilisation[0]["seq"] == util[-1]["seq"]

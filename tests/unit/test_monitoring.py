@@ -1,8 +1,13 @@
-"""Ray metrics gauges (throttled, rank 0), without Ray."""
+"""Ray metrics gauges (throttled, rank 0) and per-worker utilisation events, without Ray."""
 
 from __future__ import annotations
 
-from cleverthis_runtime.train import RayMetrics
+import json
+
+import torch
+
+from cleverthis_runtime import events
+from cleverthis_runtime.train import RayMetrics, Utilisation
 
 
 class FakeGauge:
@@ -49,3 +54,17 @@ def test_a_failing_gauge_disables_metrics_quietly():
     m = RayMetrics("job-c")
     m.gauges = {k: Broken() for k in RayMetrics.FIGURES}
     assert not m.publish(loss=1.0) and m.failed
+
+
+def test_utilisation_event_has_rank_cpu_and_rss(capsys):
+    u = Utilisation(3, torch, interval_s=10.0)
+    sum(i * i for i in range(200_000))  # some CPU time to measure
+    assert u.maybe_emit(step=1) is None  # not 10 s yet
+    ev = u.maybe_emit(force=True, step=2, epoch=1)
+    assert ev["type"] == "utilisation" and ev["rank"] == 3 and ev["epoch"] == 1
+    assert ev["rss_bytes"] > 10_000_000 and ev["cpu_percent"] >= 0
+    assert "gpu_util_percent" not in ev  # no CUDA here
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith(events.PREFIX)][-1]
+    assert json.loads(line[len(events.PREFIX):])["rss_bytes"] == ev["rss_bytes"]
+    u.interval_s = 0.0
+    assert u.maybe_emit(step=3)["rank"] == 3
