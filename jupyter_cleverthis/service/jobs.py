@@ -584,11 +584,13 @@ def _spec_json(spec: JobSpec) -> str:
     return json.dumps(data)
 
 
-# What the Jupyter server's environment passes on to its jobs: the model cache, the DeepSpeed op cache, and the
-# usual credentials of object stores (s3:// and gs:// dataset paths, read through fsspec).
-PASSTHROUGH_ENV = ("HF_HOME", "HF_HUB_OFFLINE", "HF_TOKEN", "TORCH_EXTENSIONS_DIR",
-                   "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION",
-                   "AWS_REGION", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
+# What the Jupyter server's environment passes on to its jobs: the model cache, the DeepSpeed op cache and the
+# object stores' settings (s3:// and gs:// dataset paths, read through fsspec).  Settings and file paths only:
+# secrets (AWS keys, HF_TOKEN, ...) would be visible in Ray's job records, so jobs take those from their
+# nodes' own environment or from the credentials files named here (README, "Data").
+PASSTHROUGH_ENV = ("HF_HOME", "HF_HUB_OFFLINE", "TORCH_EXTENSIONS_DIR",
+                   "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
+                   "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE",
                    "GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST")
 
 

@@ -1,7 +1,8 @@
 """An s3:// dataset on a real S3 API (moto's server mode on loopback) trains a real job on the Ray cluster.
 
-The S3 endpoint and keys reach the job the way users' credentials do: the server passes AWS_* from its own
-environment to the job's env_vars (jobs.py `_passthrough_env`); the driver and the worker read the bucket
+The S3 endpoint and credentials reach the job the way users' do: the server passes the non-secret AWS_*
+settings of its own environment (endpoint, region, the shared credentials file's path) to the job's env_vars
+(jobs.py `_passthrough_env`), never the keys themselves; the driver and the worker read the bucket
 through fsspec (s3fs). gs:// goes through the same code path (gcsfs), without an emulator here.
 """
 
@@ -20,15 +21,19 @@ EXAMPLE_DATA = Path(__file__).resolve().parents[2] / "examples" / "data"
 
 
 @pytest.fixture
-def s3_training(monkeypatch):
+def s3_training(monkeypatch, tmp_path):
     from moto.server import ThreadedMotoServer
 
     srv = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     srv.start()
     host, port = srv.get_host_and_port()
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    # Keys in a shared credentials file: the job gets the file's path, never the keys themselves.
+    creds = tmp_path / "aws-credentials"
+    creds.write_text("[default]\naws_access_key_id = testing\naws_secret_access_key = testing\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     import s3fs
 

@@ -67,3 +67,19 @@ def test_final_phase_is_not_replaced_by_a_late_worker_line():
     assert phase_of(evs) == "cancelled"
     assert phase_of(evs[:2] + [{"type": "step"}]) == "cancelling"
     assert phase_of([{"type": "step"}]) is None
+
+
+def test_secrets_of_the_server_environment_never_reach_a_job(monkeypatch):
+    """Ray shows a job's env_vars in its job records: only settings and file paths travel."""
+    from jupyter_cleverthis.service.jobs import JobService
+    from jupyter_cleverthis.spec import JobSpec
+
+    secrets = {"AWS_ACCESS_KEY_ID": "AKIAEXAMPLEKEY", "AWS_SECRET_ACCESS_KEY": "s3cr3t-value",
+               "AWS_SESSION_TOKEN": "session-tok", "HF_TOKEN": "hf_secret_token"}
+    for k, v in secrets.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000")
+    env = JobService.__new__(JobService)._runtime_env(JobSpec(name="x", dataset_path="s3://b/d"))
+    text = json.dumps(env)
+    assert not [v for v in secrets.values() if v in text]
+    assert env["env_vars"]["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9000"
