@@ -16,6 +16,10 @@ $(PY):
 $(STAMP): pyproject.toml js/package.json js/package-lock.json | $(PY)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "torch==2.13.0"
+	@# A previous `labextension develop` links the venv's share folder to jupyter_cleverthis/labextension, so the
+	@# editable install's install.json lands there and the next wheel build would add it twice: undo both.
+	if [ -L $(VENV)/share/jupyter/labextensions/jupyter-cleverthis ]; then rm $(VENV)/share/jupyter/labextensions/jupyter-cleverthis; fi
+	rm -f jupyter_cleverthis/labextension/install.json
 	$(PY) -m pip install -q -e ".[train,dev]"
 	$(VENV)/bin/jupyter labextension develop --overwrite . >/dev/null
 	touch $@
