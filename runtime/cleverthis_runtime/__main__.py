@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from . import checkpoints, events
-from .data import DatasetError, default_checkpoint_dir, load_dataset, read_training_config
+from .data import DatasetError, default_checkpoint_dir, exists, load_dataset, read_training_config
 from .spec import JobSpec, TrainingConfig, format_errors, merge_training_config
 from .triage import classify
 
@@ -28,7 +28,7 @@ def prepare(spec: JobSpec, job: str) -> dict[str, Any]:
         from .tf_train import check_base_model
 
         check_base_model(spec.base_model)
-    file_cfg, cfg_path = read_training_config(spec.dataset_path) if os.path.exists(spec.dataset_path) else (None, None)
+    file_cfg, cfg_path = read_training_config(spec.dataset_path) if exists(spec.dataset_path) else (None, None)
     try:
         tc = merge_training_config(file_cfg, spec.training_config)
     except ValidationError as e:

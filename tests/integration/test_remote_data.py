@@ -52,10 +52,12 @@ def s3_training(monkeypatch, tmp_path):
 
 
 def test_s3_dataset_trains_with_local_checkpoints(ray_cluster, tiny_model, job_name, s3_training, cleverthis_home):
-    # The sample data's own training_config.json, given in the spec too (see README, Data: the driver reads a
-    # remote training_config.json once __main__ asks data.exists).
-    cfg = json.loads((EXAMPLE_DATA / "training_config.json").read_text())
-    final, evs = run_job(tiny_model, s3_training, job_name, cfg, workers=1, batch_size=8, timeout=900)
+    # No training_config in the spec: the job reads the bucket's training_config.json beside the data.
+    final, evs = run_job(tiny_model, s3_training, job_name, None, workers=1, batch_size=8, timeout=900)
+    config = [e for e in evs if e["type"] == "config"][0]
+    assert config["training_config_file"] == f"{s3_training}/training_config.json"
+    expected_cfg = json.loads((EXAMPLE_DATA / "training_config.json").read_text())
+    assert {k: config["training_config"][k] for k in expected_cfg} == expected_cfg
     ds = [e for e in evs if e["type"] == "dataset"][0]
     assert ds["format"] == "instruction" and ds["examples"] > 0
     steps = [e for e in evs if e["type"] == "step"]
