@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ from jupyter_cleverthis.errors import InvalidSpec
 from jupyter_cleverthis.service.jobs import JobService, tf_python
 from jupyter_cleverthis.spec import JobSpec, JobStatus
 
-from .training_helpers import delay_steps, wait_for_step
+from .training_helpers import delay_steps, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -114,12 +115,25 @@ def test_two_workers_train_checkpoint_and_resume(ray_cluster, tf_model, dataset,
     print(f"tensorflow: 2 epochs on 2 workers {t_train:.0f}s, resume {time.time() - t1:.0f}s")
 
 
-def test_cancel_mid_epoch_keeps_a_loadable_checkpoint(ray_cluster, tf_model, dataset, job_name, monkeypatch):
+def test_killed_worker_recovers_then_cancel_keeps_a_loadable_checkpoint(ray_cluster, tf_model, dataset, job_name,
+                                                                          monkeypatch):
     delay_steps(monkeypatch, 0.4)
     svc = JobService()
     retry(svc.create, JobSpec(name=job_name, base_model=tf_model, dataset_path=str(dataset), framework="tensorflow",
-                              epochs=2, batch_size=8, workers=2, training_config=FULL), check=False)
-    wait_for_step(svc, job_name, 13, timeout=300)  # in epoch 2 (10 steps an epoch)
+                              epochs=2, batch_size=8, workers=2, training_config={**FULL, "max_failures": 1}),
+          check=False)
+    # A worker SIGKILLed in epoch 2 (10 steps an epoch): Ray restarts the group, which continues from epoch-1.
+    evs = wait_for(svc, job_name, lambda evs: any(e["type"] == "step" and e["step"] >= 12 for e in evs), 300,
+                   "step 12")
+    rank1 = [e for e in evs if e["type"] == "worker" and e["rank"] == 1][0]
+    os.kill(int(rank1["pid"]), signal.SIGKILL)
+    evs = wait_for(svc, job_name, lambda evs: any(e["type"] == "step" and e["src"] == "rank0-a2" for e in evs), 300,
+                   "a step after the recovery")
+    rec = [e for e in evs if e["type"] == "recovery"]
+    assert len(rec) == 1 and rec[0]["checkpoint_name"] == "epoch-1" and rec[0]["attempt"] == 2, rec
+    assert [e["step"] for e in evs if e["type"] == "step" and e["src"] == "rank0-a2"][0] == 11
+
+    # Cancel in the middle of epoch 2: a checkpoint of the exact step, then `cancelled`.
     svc.cancel("local", job_name)
     d = svc.wait("local", job_name, poll=0.5, timeout=120)
     assert d.status == JobStatus.CANCELLED and d.phase == "cancelled", d.error
