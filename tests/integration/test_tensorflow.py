@@ -159,6 +159,12 @@ def test_lora_and_deepspeed_are_rejected(ray_cluster, tf_model, dataset, job_nam
         svc.create(JobSpec(name=job_name, base_model=tf_model, dataset_path=str(dataset), framework="tensorflow",
                            epochs=1, batch_size=8, workers=2))
     assert e.value.details["errors"][0]["field"] == "training_config.method"
+    # The full pre-flight of a good spec: token lengths and the plan, computed without TensorFlow.
+    pf = retry(svc.preflight, JobSpec(name=job_name, base_model=tf_model, dataset_path=str(dataset),
+                                      framework="tensorflow", epochs=1, batch_size=8, workers=2,
+                                      training_config=FULL))
+    assert pf["errors"] == [] and pf["plan"]["strategy"] == "multi_worker_mirrored", pf
+    assert pf["token_lengths"]["max"] > 0 and pf["parameters"] > 0
     # A Hugging Face model is not a TF base model.
     with pytest.raises(InvalidSpec, match="model.keras"):
         svc.create(JobSpec(name=job_name, base_model="meta-llama/Llama-2-7b-hf", dataset_path=str(dataset),
