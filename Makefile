@@ -54,7 +54,7 @@ chromium:
 # The browser tests run in their own pytest process: Playwright's sync API leaves an asyncio loop running in
 # the main thread, which breaks pytest-jupyter's per-test event loops of any test collected after them.
 test: lint test-js chromium install-tf
-	$(PY) -m pytest -q -ra --ignore=tests/ui
+	$(PY) -m pytest -q -ra --durations=15 --ignore=tests/ui
 	$(PY) -m pytest -q -ra tests/ui
 
 bench: install
