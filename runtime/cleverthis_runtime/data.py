@@ -453,8 +453,8 @@ def _tokenize_batched(tokenizer: Any, records: list[dict[str, Any]], fmt: str, m
         else:
             rendered.append((k, *found))
     if rendered:
-        enc = tokenizer([r[1] for r in rendered], add_special_tokens=False, return_offsets_mapping=True)
-        for (k, _, spans), ids, offsets in zip(rendered, enc["input_ids"], enc["offset_mapping"], strict=True):
+        for (k, _, spans), (ids, offsets) in zip(rendered, _encode_with_offsets(tokenizer, [r[1] for r in rendered]),
+                                                 strict=True):
             # Tokens are in text order, so each assistant span is one contiguous run of tokens.
             starts = [o[0] for o in offsets]
             labels = [-100] * len(ids)
@@ -463,6 +463,21 @@ def _tokenize_batched(tokenizer: Any, records: list[dict[str, Any]], fmt: str, m
                 labels[lo:hi] = ids[lo:hi]
             rows[k] = {"input_ids": ids[:max_len], "labels": labels[:max_len], "truncated": int(len(ids) > max_len)}
     return [r for r in rows if r is not None]
+
+
+def _encode_with_offsets(tokenizer: Any, texts: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+    """Token ids and character offsets of each text, without special tokens, in one batched call.
+
+    The `tokenizers` backend directly when the tokenizer has one (transformers' wrapper converts every encoding
+    to Python dicts first: a third of the time on large datasets), else the tokenizer's own call.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None and hasattr(backend, "encode_batch"):
+        backend.no_truncation()
+        backend.no_padding()
+        return [(e.ids, e.offsets) for e in backend.encode_batch(texts, add_special_tokens=False)]
+    enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+    return list(zip(enc["input_ids"], enc["offset_mapping"], strict=True))
 
 
 def pack_rows(rows: list[dict[str, list[int]]], max_len: int) -> list[dict[str, list[int]]]:
