@@ -9,9 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 import traceback
-import uuid
 from typing import Any
 
 from pydantic import ValidationError
@@ -69,45 +67,13 @@ def run(spec: JobSpec, job: str) -> None:
         from .tf_train import run_driver
 
         return run_driver(spec, job, prepare(spec, job))
-    import ray
-    from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from .control import DriverWatch, JobControl
+    from .control import drive
     from .train import train_loop
 
     loop_config = prepare(spec, job)
-    tc = TrainingConfig.model_validate(loop_config["training_config"])
-    if not ray.is_initialized():
-        ray.init()
-    control = ray.remote(num_cpus=0, max_restarts=0)(JobControl).remote(job)
-    loop_config["control"] = control
-    grace = float(os.environ.get("RAY_JOB_STOP_WAIT_TIME_S", "3"))
-    watch = DriverWatch(control, grace)
-    watch.install()
-    resources: dict[str, float] = {"CPU": spec.cpus_per_worker}
-    if spec.gpus_per_worker:
-        resources["GPU"] = spec.gpus_per_worker
-    trainer = TorchTrainer(
-        train_loop,
-        train_loop_config=loop_config,
-        scaling_config=ScalingConfig(
-            num_workers=spec.workers, use_gpu=spec.gpus_per_worker > 0, resources_per_worker=resources,
-            placement_strategy=tc.placement_strategy,
-        ),
-        run_config=RunConfig(
-            name=f"cleverthis-{job}-{uuid.uuid4().hex[:8]}",
-            storage_path=os.environ.get("CLEVERTHIS_RAY_STORAGE", os.path.expanduser("~/ray_results")),
-            failure_config=FailureConfig(max_failures=tc.max_failures),
-        ),
-    )
-    events.emit("phase", phase="starting_workers", workers=spec.workers)
-    try:
-        trainer.fit()
-    finally:
-        if watch.sigterm.is_set():  # a cancel is in progress: its thread prints the outcome and exits
-            time.sleep(grace + 10)
-        watch.done.set()
+    drive(TorchTrainer, train_loop, spec, job, loop_config, TrainingConfig.model_validate(loop_config["training_config"]))
 
 
 def main() -> int:

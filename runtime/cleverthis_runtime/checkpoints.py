@@ -254,3 +254,41 @@ def read_meta(path: str) -> dict[str, Any] | None:
         return json.loads(f.read_text())
     except ValueError:
         return None
+
+
+def publish(root: str, job: str, name: str, save: Any, meta: dict[str, Any]) -> str:
+    """Write checkpoint `name` atomically and point `latest` at it; a failed write is a CheckpointError that
+    names the folder and the newest checkpoint still intact."""
+    try:
+        path = write_checkpoint(root, name, save, meta)
+        point(root, "latest", name)
+    except OSError as e:
+        latest = latest_of_job(root, job) or {}
+        raise CheckpointError(
+            f"cannot write checkpoint {name} in checkpoint folder {root}: [Errno {e.errno}] {e.strerror or e}"
+            + (f"; earlier checkpoints are intact (latest: {latest.get('name')})" if latest.get("name") else "")
+        ) from e
+    return path
+
+
+def link_epoch(root: str, name: str, path: str, *, completed: int, planned_epochs: int, eval_loss: float | None,
+               best: tuple[float, str] | None, emit: Any) -> tuple[float, str] | None:
+    """After an epoch's checkpoint: point `best` at it when its validation loss is the lowest so far and
+    `epoch-final` after the job's last epoch (each announced by a `checkpoint` event); returns the best."""
+    if eval_loss is not None and (best is None or eval_loss < best[0]):
+        best = (eval_loss, path)
+        point(root, "best", name)
+        emit("checkpoint", name="best", path=os.path.join(root, "best"), target=path, eval_loss=eval_loss)
+    if completed == planned_epochs:
+        point(root, "epoch-final", name)
+        emit("checkpoint", name="epoch-final", path=os.path.join(root, "epoch-final"), target=path, epoch=completed)
+    return best
+
+
+def existing_best(root: str) -> tuple[float, str] | None:
+    """(validation loss, folder) of the `best` link a previous run of the job left, if any."""
+    link = os.path.join(root, "best")
+    meta = read_meta(link) if os.path.isdir(link) else None
+    if meta and meta.get("eval_loss") is not None:
+        return float(meta["eval_loss"]), os.path.realpath(link)
+    return None

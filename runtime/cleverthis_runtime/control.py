@@ -154,6 +154,99 @@ def is_fatal(exc: BaseException) -> bool:
     return kind in FATAL_KINDS
 
 
+class PeerCheckpointError(RuntimeError):
+    """Another rank (rank 0) failed to write the checkpoint; rank 0 reports the cause."""
+
+
+def worker_entry(config: dict[str, Any], run: Any, *, fatal_types: tuple[type, ...] = (), **fields: Any) -> None:
+    """A Ray Train worker of either framework: join the job's control, name the event source, train.
+
+    `run(config, rank=, world=, control=, attempt=)` is the framework's training; `fields` go into the
+    `worker` event.
+    """
+    import socket
+
+    import ray
+    import ray.train
+
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    control = WorkerControl(config.get("control"), rank)
+    attempt = control.join()
+    # A restarted worker group counts its events afresh: a new source name keeps (src, seq) unique.
+    events.set_source(f"rank{rank}" if attempt <= 1 else f"rank{rank}-a{attempt}")
+    events.emit("worker", rank=rank, world_size=world, attempt=attempt, pid=os.getpid(),
+                hostname=socket.gethostname(), node_id=ray.get_runtime_context().get_node_id(), **fields)
+    try:
+        run(config, rank=rank, world=world, control=control, attempt=attempt)
+    except Exception as e:
+        report_error(e, rank, control, fatal_types)
+        raise
+    finally:
+        control.close()
+
+
+def report_error(e: BaseException, rank: int, control: WorkerControl, fatal_types: tuple[type, ...] = ()) -> None:
+    """Fatal errors become the job's error (and end the job at once); others are retried by Ray Train."""
+    import traceback
+
+    from .triage import classify
+
+    if isinstance(e, PeerCheckpointError):
+        events.emit("worker_error", rank=rank, error_type=type(e).__name__, message=str(e))
+        return
+    kind, _ = classify(f"{type(e).__name__}: {e}")
+    fatal = is_fatal(e) or isinstance(e, fatal_types)
+    fields = {"kind": kind, "error_type": type(e).__name__, "message": str(e), "rank": rank, "fatal": fatal,
+              "traceback": traceback.format_exc()[-8000:]}
+    if fatal:
+        ev = events.emit("error", **fields)
+        control.fatal({"kind": kind, "message": str(e), "line": events.to_line(ev)})
+    else:  # Ray Train may restart the workers; the driver reports the error if it gives up
+        events.emit("worker_error", **fields)
+
+
+def drive(trainer_cls: Any, train_loop: Any, spec: Any, job: str, loop_config: dict[str, Any],
+          tc: Any, **fields: Any) -> None:
+    """The driver's part for either framework: the job's control actor, the SIGTERM watch, the Ray Train
+    trainer (`TorchTrainer` / `TensorflowTrainer`) with the spec's workers, then `fit`."""
+    import uuid
+
+    import ray
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+
+    if not ray.is_initialized():
+        ray.init()
+    control = ray.remote(num_cpus=0, max_restarts=0)(JobControl).remote(job)
+    loop_config["control"] = control
+    grace = float(os.environ.get("RAY_JOB_STOP_WAIT_TIME_S", "3"))
+    watch = DriverWatch(control, grace)
+    watch.install()
+    resources: dict[str, float] = {"CPU": spec.cpus_per_worker}
+    if spec.gpus_per_worker:
+        resources["GPU"] = spec.gpus_per_worker
+    trainer = trainer_cls(
+        train_loop,
+        train_loop_config=loop_config,
+        scaling_config=ScalingConfig(
+            num_workers=spec.workers, use_gpu=spec.gpus_per_worker > 0, resources_per_worker=resources,
+            placement_strategy=tc.placement_strategy,
+        ),
+        run_config=RunConfig(
+            name=f"cleverthis-{job}-{uuid.uuid4().hex[:8]}",
+            storage_path=os.environ.get("CLEVERTHIS_RAY_STORAGE", os.path.expanduser("~/ray_results")),
+            failure_config=FailureConfig(max_failures=tc.max_failures),
+        ),
+    )
+    events.emit("phase", phase="starting_workers", workers=spec.workers, **fields)
+    try:
+        trainer.fit()
+    finally:
+        if watch.sigterm.is_set():  # a cancel is in progress: its thread prints the outcome and exits
+            time.sleep(grace + 10)
+        watch.done.set()
+
+
 FATAL_KINDS = {"disk_full", "permission_denied", "dataset", "spec", "checkpoint", "out_of_memory", "gated_model",
                "model_not_cached"}
 

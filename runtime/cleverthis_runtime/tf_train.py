@@ -29,17 +29,14 @@ import json
 import math
 import os
 import shutil
-import socket
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 from . import checkpoints, events
-from .control import WorkerControl, is_fatal
+from .control import PeerCheckpointError, WorkerControl, worker_entry
 from .data import ARROW, INSTRUCTION, instruction_to_messages, load_dataset
 from .spec import JobSpec, TrainingConfig
-from .triage import classify
 
 MODEL_FILE = "model.keras"
 TOKENIZER_FILE = "tokenizer.json"
@@ -55,10 +52,6 @@ STEP_DELAY_S = float(os.environ.get("CLEVERTHIS_TEST_STEP_DELAY_S") or 0)
 
 class TFModelError(ValueError):
     """The base model is not a TF model folder this runtime can train."""
-
-
-class PeerCheckpointError(RuntimeError):
-    """Rank 0 failed to write the checkpoint; rank 0 reports the cause."""
 
 
 # -- driver -----------------------------------------------------------------------------------------------------
@@ -126,86 +119,21 @@ def _plan(params: float | None) -> dict[str, Any]:
 
 def run_driver(spec: JobSpec, job: str, loop_config: dict[str, Any]) -> None:
     """The driver's half (cleverthis_runtime.__main__ dispatches here): TensorflowTrainer with the workers."""
-    import uuid
-
-    import ray
-    from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.tensorflow import TensorflowTrainer
 
-    from .control import DriverWatch, JobControl
+    from .control import drive
 
     tc = TrainingConfig.model_validate(loop_config["training_config"])
     rejected = unsupported_config(tc)
     if rejected:
         raise ValueError("; ".join(f"{f}: {m}" for f, m in rejected))
-    if not ray.is_initialized():
-        ray.init()
-    control = ray.remote(num_cpus=0, max_restarts=0)(JobControl).remote(job)
-    loop_config["control"] = control
-    grace = float(os.environ.get("RAY_JOB_STOP_WAIT_TIME_S", "3"))
-    watch = DriverWatch(control, grace)
-    watch.install()
-    resources: dict[str, float] = {"CPU": spec.cpus_per_worker}
-    if spec.gpus_per_worker:
-        resources["GPU"] = spec.gpus_per_worker
-    trainer = TensorflowTrainer(
-        train_loop,
-        train_loop_config=loop_config,
-        scaling_config=ScalingConfig(
-            num_workers=spec.workers, use_gpu=spec.gpus_per_worker > 0, resources_per_worker=resources,
-            placement_strategy=tc.placement_strategy,
-        ),
-        run_config=RunConfig(
-            name=f"cleverthis-{job}-{uuid.uuid4().hex[:8]}",
-            storage_path=os.environ.get("CLEVERTHIS_RAY_STORAGE", os.path.expanduser("~/ray_results")),
-            failure_config=FailureConfig(max_failures=tc.max_failures),
-        ),
-    )
-    events.emit("phase", phase="starting_workers", workers=spec.workers, framework="tensorflow")
-    try:
-        trainer.fit()
-    finally:
-        if watch.sigterm.is_set():  # a cancel is in progress: its thread prints the outcome and exits
-            time.sleep(grace + 10)
-        watch.done.set()
+    drive(TensorflowTrainer, train_loop, spec, job, loop_config, tc, framework="tensorflow")
 
 
 # -- workers ----------------------------------------------------------------------------------------------------
 def train_loop(config: dict[str, Any]) -> None:
-    import ray
-    import ray.train
-
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    control = WorkerControl(config.get("control"), rank)
-    attempt = control.join()
-    events.set_source(f"rank{rank}" if attempt <= 1 else f"rank{rank}-a{attempt}")
-    events.emit("worker", rank=rank, world_size=world, attempt=attempt, pid=os.getpid(),
-                hostname=socket.gethostname(), node_id=ray.get_runtime_context().get_node_id(),
-                framework="tensorflow")
-    try:
-        run(config, rank=rank, world=world, control=control, attempt=attempt)
-    except Exception as e:
-        _report_error(e, rank, control)
-        raise
-    finally:
-        control.close()
-
-
-def _report_error(e: BaseException, rank: int, control: WorkerControl) -> None:
-    """Fatal errors become the job's error (the driver ends the job at once); others are retried by Ray."""
-    if isinstance(e, PeerCheckpointError):
-        events.emit("worker_error", rank=rank, error_type=type(e).__name__, message=str(e))
-        return
-    kind, _ = classify(f"{type(e).__name__}: {e}")
-    fatal = is_fatal(e) or isinstance(e, TFModelError)
-    fields = {"kind": kind, "error_type": type(e).__name__, "message": str(e), "rank": rank, "fatal": fatal,
-              "traceback": traceback.format_exc()[-8000:]}
-    if fatal:
-        ev = events.emit("error", **fields)
-        control.fatal({"kind": kind, "message": str(e), "line": events.to_line(ev)})
-    else:
-        events.emit("worker_error", **fields)
+    """Ray Train's `train_loop_per_worker`."""
+    worker_entry(config, run, fatal_types=(TFModelError,), framework="tensorflow")
 
 
 def _tokenizer_config(folder: str) -> dict[str, Any]:
@@ -615,7 +543,7 @@ class _Writer:
         self.meta = meta
         self.last_path: str | None = None
         self.stop_pending = False
-        self.best = _existing_best(ckpt_root)
+        self.best = checkpoints.existing_best(ckpt_root)
 
     def acknowledge(self, path: str | None, ev: dict[str, Any] | None) -> None:
         if self.rank == 0:
@@ -659,36 +587,15 @@ class _Writer:
 
         meta = {**self.meta, "epoch": completed, "global_step": step, "partial": partial,
                 "step_in_epoch": step_in_epoch, "train_loss": train_loss, "eval_loss": eval_loss}
-        try:
-            path = checkpoints.write_checkpoint(self.ckpt_root, name, save, meta)
-            checkpoints.point(self.ckpt_root, "latest", name)
-        except OSError as e:
-            latest = checkpoints.latest_of_job(self.ckpt_root, self.job) or {}
-            raise checkpoints.CheckpointError(
-                f"cannot write checkpoint {name} in checkpoint folder {self.ckpt_root}: "
-                f"[Errno {e.errno}] {e.strerror or e}"
-                + (f"; earlier checkpoints are intact (latest: {latest.get('name')})" if latest.get("name") else "")
-            ) from e
+        path = checkpoints.publish(self.ckpt_root, self.job, name, save, meta)
         self.last_path = path
         ev = self.emit("checkpoint", name=name, path=path, epoch=completed, step=step, partial=partial,
                        train_loss=train_loss, eval_loss=eval_loss, base_model=self.meta["base_model"],
                        adapter_path=None, framework="tensorflow")
         if not partial:
-            if eval_loss is not None and (self.best is None or eval_loss < self.best[0]):
-                self.best = (eval_loss, path)
-                checkpoints.point(self.ckpt_root, "best", name)
-                self.emit("checkpoint", name="best", path=os.path.join(self.ckpt_root, "best"), target=path,
-                          eval_loss=eval_loss)
-            if completed == self.meta["planned_epochs"]:
-                checkpoints.point(self.ckpt_root, "epoch-final", name)
-                self.emit("checkpoint", name="epoch-final", path=os.path.join(self.ckpt_root, "epoch-final"),
-                          target=path, epoch=completed)
+            self.best = checkpoints.link_epoch(self.ckpt_root, name, path, completed=completed,
+                                               planned_epochs=self.meta["planned_epochs"],
+                                               eval_loss=eval_loss, best=self.best, emit=self.emit)
         return path, ev
 
 
-def _existing_best(root: str) -> tuple[float, str] | None:
-    link = os.path.join(root, "best")
-    meta = checkpoints.read_meta(link) if os.path.isdir(link) else None
-    if meta and meta.get("eval_loss") is not None:
-        return float(meta["eval_loss"]), os.path.realpath(link)
-    return None

@@ -24,28 +24,22 @@ import os
 import socket
 import tempfile
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 
 from . import checkpoints, events, methods, strategies
-from .control import WorkerControl, is_fatal
+from .control import PeerCheckpointError, WorkerControl, worker_entry
 from .data import load_dataset, tokenize_all
 from .plan import Device, PlanError, make_plan
 from .spec import JobSpec, TrainingConfig, parallelism_error
-from .triage import classify
 
 log = logging.getLogger(__name__)
 
 
 # Tests only: slow each step down (numerics unchanged) so that a cancel or a kill lands mid-epoch.
 STEP_DELAY_S = float(os.environ.get("CLEVERTHIS_TEST_STEP_DELAY_S") or 0)
-
-
-class PeerCheckpointError(RuntimeError):
-    """Another rank (rank 0) failed to write the checkpoint; rank 0 reports the cause."""
 
 
 def _devices(torch: Any) -> list[Device]:
@@ -61,40 +55,8 @@ def _devices(torch: Any) -> list[Device]:
 
 
 def train_loop(config: dict[str, Any]) -> None:
-    import ray
-    import ray.train
-
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    control = WorkerControl(config.get("control"), rank)
-    attempt = control.join()
-    # A restarted worker group counts its events afresh: a new source name keeps (src, seq) unique.
-    events.set_source(f"rank{rank}" if attempt <= 1 else f"rank{rank}-a{attempt}")
-    events.emit("worker", rank=rank, world_size=world, attempt=attempt, pid=os.getpid(),
-                hostname=socket.gethostname(), node_id=ray.get_runtime_context().get_node_id())
-    try:
-        run(config, rank=rank, world=world, control=control, attempt=attempt)
-    except Exception as e:
-        report_error(e, rank, control)
-        raise
-    finally:
-        control.close()
-
-
-def report_error(e: BaseException, rank: int, control: WorkerControl) -> None:
-    """Fatal errors become the job's error (and end the job at once); others are retried by Ray Train."""
-    if isinstance(e, PeerCheckpointError):
-        events.emit("worker_error", rank=rank, error_type=type(e).__name__, message=str(e))
-        return
-    kind, _ = classify(f"{type(e).__name__}: {e}")
-    fatal = is_fatal(e)
-    fields = {"kind": kind, "error_type": type(e).__name__, "message": str(e), "rank": rank, "fatal": fatal,
-              "traceback": traceback.format_exc()[-8000:]}
-    if fatal:
-        ev = events.emit("error", **fields)
-        control.fatal({"kind": kind, "message": str(e), "line": events.to_line(ev)})
-    else:  # Ray Train may restart the workers; the driver reports the error if it gives up
-        events.emit("worker_error", **fields)
+    """Ray Train's `train_loop_per_worker`."""
+    worker_entry(config, run)
 
 
 def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: WorkerControl | None = None,
@@ -523,7 +485,7 @@ class _EventsAndCheckpoints(TrainerCallback):
         self.last_epoch = 0
         self.last_loss: float | None = None
         self.eval_loss: float | None = None
-        self.best: tuple[float, str] | None = _existing_best(ckpt_root)
+        self.best: tuple[float, str] | None = checkpoints.existing_best(ckpt_root)
         self.stop_pending = False
         self.stopped = False
         self.metrics = RayMetrics(job) if rank == 0 else None
@@ -709,37 +671,16 @@ class _EventsAndCheckpoints(TrainerCallback):
                 "epoch_progress": round(self.epoch_offset + float(state.epoch or 0), 6),
                 "train_loss": self.last_loss, "eval_loss": None if partial else self.eval_loss,
                 "adapter": is_peft}
-        try:
-            path = checkpoints.write_checkpoint(self.ckpt_root, name, save, meta)
-            checkpoints.point(self.ckpt_root, "latest", name)
-        except OSError as e:
-            latest = checkpoints.latest_of_job(self.ckpt_root, self.job) or {}
-            raise checkpoints.CheckpointError(
-                f"cannot write checkpoint {name} in checkpoint folder {self.ckpt_root}: "
-                f"[Errno {e.errno}] {e.strerror or e}"
-                + (f"; earlier checkpoints are intact (latest: {latest.get('name')})" if latest.get("name") else "")
-            ) from e
+        path = checkpoints.publish(self.ckpt_root, self.job, name, save, meta)
         self.last_path = path
         ev = self.emit("checkpoint", name=name, path=path, epoch=completed, step=step, partial=partial,
                        train_loss=self.last_loss, eval_loss=meta["eval_loss"], base_model=self.meta["base_model"],
                        adapter_path=str(Path(path) / checkpoints.ADAPTER_DIR) if is_peft else None)
         if not partial:
             self.last_epoch_dir, self.last_epoch = path, completed
-            if self.eval_loss is not None and (self.best is None or self.eval_loss < self.best[0]):
-                self.best = (self.eval_loss, path)
-                checkpoints.point(self.ckpt_root, "best", name)
-                self.emit("checkpoint", name="best", path=os.path.join(self.ckpt_root, "best"), target=path,
-                          eval_loss=self.eval_loss)
-            if completed == self.meta["planned_epochs"]:  # the job's last epoch
-                checkpoints.point(self.ckpt_root, "epoch-final", name)
-                self.emit("checkpoint", name="epoch-final", path=os.path.join(self.ckpt_root, "epoch-final"),
-                          target=path, epoch=completed)
+            self.best = checkpoints.link_epoch(self.ckpt_root, name, path, completed=completed,
+                                               planned_epochs=self.meta["planned_epochs"],
+                                               eval_loss=self.eval_loss, best=self.best, emit=self.emit)
         return path, ev
 
 
-def _existing_best(root: str) -> tuple[float, str] | None:
-    link = os.path.join(root, "best")
-    meta = checkpoints.read_meta(link) if os.path.isdir(link) else None
-    if meta and meta.get("eval_loss") is not None:
-        return float(meta["eval_loss"]), os.path.realpath(link)
-    return None
