@@ -4,39 +4,43 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.cleverthis-installed
-# Tools the steps call by name (jupyter-builder, jupyter, ray) come from the project's venv.
+# The exact versions this project is tested with (pyproject.toml keeps ranges).
+PIP := $(PY) -m pip install -q --disable-pip-version-check -c constraints.txt
+# Tools the steps call by name (jupyter, ray, cleverthis-train) come from the project's venv.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+# What outlives a clean clone on this machine (CI included): the TensorFlow environment and the DeepSpeed op cache.
+CACHE ?= $(HOME)/.cache/cleverthis
+# The same folder `cleverthis-train setup tensorflow` uses under the CLEVERTHIS_HOME the wheel check runs with.
+WHEEL_HOME ?= $(CACHE)/home
+TF_ENV ?= $(WHEEL_HOME)/envs/tensorflow
+export CLEVERTHIS_TF_PYTHON ?= $(TF_ENV)/bin/python
+# Each stage prints its time and adds it to this file (.ci/run prints the summary).
+export CLEVERTHIS_STAGES ?= $(CURDIR)/.cache/stages.txt
+STAGE := $(CURDIR)/.ci/stage
 
-.PHONY: install install-tf demo test lint test-unit test-integration test-js bench clean chromium
+.PHONY: install install-tf demo test test-fast lint test-unit test-js test-wheel test-pytest test-ui bench clean chromium
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 # Re-installs when the package's metadata or the front-end's dependencies change.
-$(STAMP): pyproject.toml js/package.json js/package-lock.json | $(PY)
+$(STAMP): pyproject.toml constraints.txt js/package.json js/package-lock.json | $(PY)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "torch==2.13.0"
-	@# A previous `labextension develop` links the venv's share folder to jupyter_cleverthis/labextension, so the
-	@# editable install's install.json lands there and the next wheel build would add it twice: undo both.
+	$(PIP) torch
+	@# `jupyter builder develop` links the venv's share folder to jupyter_cleverthis/labextension, so the editable
+	@# install's install.json would land there and the next wheel build would add it twice: undo both first.
 	if [ -L $(VENV)/share/jupyter/labextensions/jupyter-cleverthis ]; then rm $(VENV)/share/jupyter/labextensions/jupyter-cleverthis; fi
 	rm -f jupyter_cleverthis/labextension/install.json
-	$(PY) -m pip install -q -e ".[train,dev]"
-	$(VENV)/bin/jupyter labextension develop --overwrite . >/dev/null
+	$(PIP) -e ".[train,dev]"
+	$(VENV)/bin/jupyter builder develop --overwrite . >/dev/null
 	touch $@
 
 install: $(STAMP)
 
-# framework: tensorflow jobs run in their own environment (TensorFlow never enters .venv): README, "TensorFlow".
-# The same base python as .venv (Ray needs the same Python and Ray versions on both sides).
-TF_VENV ?= .venv-tf
-TF_STAMP := $(TF_VENV)/.cleverthis-installed
-$(TF_STAMP): requirements-tf.txt | $(PY)
-	test -x $(TF_VENV)/bin/python || "$$($(PY) -c 'import sys; print(sys._base_executable)')" -m venv $(TF_VENV)
-	$(TF_VENV)/bin/python -m pip install -q --upgrade pip
-	$(TF_VENV)/bin/python -m pip install -q -r requirements-tf.txt
-	touch $@
-
-install-tf: $(TF_STAMP)
+# framework: tensorflow jobs run in their own environment (README, "TensorFlow"), built by the same command users
+# run (`cleverthis-train setup tensorflow`); it is up to date in a second when nothing changed.
+install-tf: install
+	$(VENV)/bin/cleverthis-train setup tensorflow --path $(TF_ENV)
 
 demo: install
 	$(PY) examples/demo.py
@@ -51,14 +55,30 @@ test-js: install
 chromium:
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
 
+# The user's install: build the sdist and the wheel, install the wheel into a fresh venv without node, check it.
+test-wheel: install-tf
+	CLEVERTHIS_WHEEL_HOME=$(WHEEL_HOME) $(STAGE) wheel $(PY) tests/wheel/check.py --constraints constraints.txt --tf-env $(TF_ENV)
+
+# While developing: the unit tests and one real-Ray smoke job (a few minutes).
+test-fast: install
+	$(STAGE) test-fast $(PY) -m pytest -q -ra -x tests/unit tests/integration/test_finetune.py::test_cli_wait_and_json
+
 # The browser tests run in their own pytest process: Playwright's sync API leaves an asyncio loop running in
 # the main thread, which breaks pytest-jupyter's per-test event loops of any test collected after them.
-test: lint test-js chromium install-tf
-	$(PY) -m pytest -q -ra --durations=15 --ignore=tests/ui
-	$(PY) -m pytest -q -ra tests/ui
+test-pytest: install-tf
+	$(STAGE) pytest $(PY) -m pytest -q -ra --durations=15 --ignore=tests/ui
+
+test-ui: install chromium
+	$(STAGE) ui $(PY) -m pytest -q -ra tests/ui
+
+test:
+	@mkdir -p $(dir $(CLEVERTHIS_STAGES))
+	$(STAGE) install $(MAKE) --no-print-directory install install-tf chromium
+	$(STAGE) lint+js $(MAKE) --no-print-directory lint test-js
+	$(MAKE) --no-print-directory test-wheel test-pytest test-ui
 
 bench: install
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) $(TF_VENV) js/node_modules js/lib jupyter_cleverthis/labextension jupyter_cleverthis/widgets/static .cache
+	rm -rf $(VENV) js/node_modules js/lib jupyter_cleverthis/labextension jupyter_cleverthis/widgets/static .cache dist

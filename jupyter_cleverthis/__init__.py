@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from cleverthis_runtime import __version__  # noqa: F401 (one version: js/package.json, written at build)
 
 
 def _jupyter_labextension_paths() -> list[dict[str, str]]:

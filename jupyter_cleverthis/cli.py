@@ -5,6 +5,7 @@
     %train list | show N [--json] | logs N | cancel N                       manage jobs (all take --cluster)
     %train cluster up | down | list [--json]                                the managed local cluster
     %train download MODEL [--cluster C] [--revision R] [--json]             pre-fetch a Hub model on every node
+    %train setup tensorflow [--path P]                                      the environment of framework tensorflow
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 from .errors import BadRequest, CleverThisError
 from .spec import DEFAULT_BASE_MODEL, DEFAULT_DATASET_PATH, JobStatus
 
-SUBCOMMANDS = ("create", "list", "show", "logs", "cancel", "resume", "cluster", "download")
+SUBCOMMANDS = ("create", "list", "show", "logs", "cancel", "resume", "cluster", "download", "setup")
 
 
 class UsageError(CleverThisError):
@@ -102,6 +103,10 @@ def build_parser(prog: str = "cleverthis-train") -> argparse.ArgumentParser:
     cl.add_argument("--name", default="local", help="managed cluster name (up/down)")
     cl.add_argument("--num-cpus", dest="num_cpus", type=_int("--num-cpus"), default=None)
     cl.add_argument("--json", action="store_true")
+
+    st = sub.add_parser("setup", help="create an environment jobs need: tensorflow (for framework tensorflow)")
+    st.add_argument("what", choices=["tensorflow"])
+    st.add_argument("--path", default=None, help="where (default: $CLEVERTHIS_HOME/envs/tensorflow)")
     return p
 
 
@@ -308,6 +313,10 @@ def execute(a: argparse.Namespace, out: Callable[[str], None], *, service: Any =
         else:
             out("\n".join(f"{r['name']:<14} {r['status']:<12} {r['address']}" for r in rows))
         return rows
+    if cmd == "setup":
+        from .service import tfenv
+
+        return str(tfenv.setup(a.path, out=out))
     raise UsageError(f"unknown command {cmd}")
 
 

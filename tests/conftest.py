@@ -1,4 +1,9 @@
-"""Shared fixtures: one real local Ray head per test run (free loopback ports, token auth, stopped by pid)."""
+"""Shared fixtures: one real local Ray head per test run (free loopback ports, token auth, stopped by pid).
+
+Under pytest-xdist (`-n 2`, as `make test` runs the integration tests) the workers of one run share that head
+and one private home: the controller makes the home and its workers inherit it; the first worker to need the
+head starts it (a file lock), and the controller stops it by its pid once every worker has finished.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +21,11 @@ EXAMPLE_DATA = ROOT / "examples" / "data"
 
 # Every process the tests start (kernels, servers, the CLI) sees the same private home, so the managed
 # `local` cluster they find is the one this run started, never a developer's own.
-_HOME = Path(tempfile.mkdtemp(prefix="cleverthis-tests-"))
+_HOME = Path(os.environ.get("CLEVERTHIS_TEST_RUN_HOME") or tempfile.mkdtemp(prefix="cleverthis-tests-"))
+os.environ["CLEVERTHIS_TEST_RUN_HOME"] = str(_HOME)  # inherited by this run's xdist workers
 os.environ["CLEVERTHIS_HOME"] = str(_HOME)
+# Logical CPUs of the test head: two 2-worker jobs of parallel tests fit at once (the tests read the number).
+TEST_CLUSTER_CPUS = 4
 os.environ.pop("RAY_ADDRESS", None)
 os.environ.pop("CLEVERTHIS_CLUSTER", None)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -30,23 +38,41 @@ def cleverthis_home() -> Path:
     return _HOME
 
 
+def _xdist_worker() -> bool:
+    return "PYTEST_XDIST_WORKER" in os.environ
+
+
 @pytest.fixture(scope="session")
 def ray_cluster(cleverthis_home: Path) -> Iterator[object]:
+    from filelock import FileLock
+
     from jupyter_cleverthis.service.clusters import LocalCluster
 
     cluster = LocalCluster("local", cleverthis_home)
-    cfg = cluster.up()
-    try:
-        yield cfg
-    finally:
-        cluster.down()
+    with FileLock(str(cleverthis_home / "cluster.lock")):
+        cfg = cluster.up(num_cpus=TEST_CLUSTER_CPUS)  # idempotent: a worker finds the head another one started
+    yield cfg  # stopped by pytest_sessionfinish
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The run's own process (the controller of an xdist run, after all its workers ended) stops the head by its pid."""
+    if not _xdist_worker():
+        from jupyter_cleverthis.service.clusters import LocalCluster
+
+        LocalCluster("local", _HOME).down()
 
 
 @pytest.fixture(scope="session")
 def tiny_model(cleverthis_home: Path) -> str:
+    from filelock import FileLock
+
     from cleverthis_runtime.tiny import build_tiny_model
 
-    return build_tiny_model(str(cleverthis_home / "models" / "tiny-llama"), [str(EXAMPLE_DATA)])
+    out = cleverthis_home / "models" / "tiny-llama"
+    with FileLock(str(cleverthis_home / "tiny-model.lock")):
+        if (out / "model.safetensors").exists():  # another xdist worker of this run built it
+            return str(out)
+        return build_tiny_model(str(out), [str(EXAMPLE_DATA)])
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ class CleverThisApp(ExtensionApp):
     refresh_interval = Float(3.0, config=True, help="Seconds between the front-ends' job list refreshes")
 
     def initialize_settings(self) -> None:
-        registry = ClusterRegistry(extra=dict(self.clusters))
+        registry = ClusterRegistry(extra=dict(self.clusters), allow_addresses=False)  # names only
         store = EventStore(self.event_store or home() / "events.sqlite")
         self.settings["cleverthis_service"] = self.service_class(registry, store)
         self.settings["cleverthis_refresh_interval"] = self.refresh_interval

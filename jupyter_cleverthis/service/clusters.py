@@ -42,13 +42,21 @@ class ClusterConfig:
     token_file: str | None = None
     token: str | None = None
     managed: bool = False
+    # Whether the environment's default token (RAY_AUTH_TOKEN_PATH, RAY_AUTH_TOKEN, ~/.ray/auth_token) may go to
+    # this address: only to a cluster somebody configured (clusters.json, the server's trait, RAY_ADDRESS), never to
+    # an ad-hoc address typed on the command line, and never to the managed cluster (its own token file).
+    default_token: bool = False
 
     def auth_token(self) -> str | None:
         if self.token:
             return self.token
-        for f in (self.token_file, os.environ.get("RAY_AUTH_TOKEN_PATH")):
-            if f and os.path.exists(f):
-                return Path(f).read_text().strip()
+        if self.token_file:
+            return Path(self.token_file).read_text().strip() if os.path.exists(self.token_file) else None
+        if not self.default_token:
+            return None
+        f = os.environ.get("RAY_AUTH_TOKEN_PATH")
+        if f and os.path.exists(f):
+            return Path(f).read_text().strip()
         if os.environ.get("RAY_AUTH_TOKEN"):
             return os.environ["RAY_AUTH_TOKEN"].strip()
         default = Path.home() / ".ray" / "auth_token"
@@ -57,6 +65,11 @@ class ClusterConfig:
     def headers(self) -> dict[str, str]:
         tok = self.auth_token()
         return {"Authorization": f"Bearer {tok}"} if tok else {}
+
+    def sdk_headers(self) -> dict[str, str | None]:
+        """Headers for Ray's JobSubmissionClient. Without a token of ours, Ray's SDK would add the environment's
+        default token itself (to any address); an `Authorization: None` entry stops that, and requests drops it."""
+        return self.headers() or {"Authorization": None}
 
     def public(self) -> dict[str, Any]:
         """What may be shown to users: never the token."""
@@ -203,6 +216,15 @@ def ping(cfg: ClusterConfig, timeout: float = 3.0) -> bool:
         return False
 
 
+def ray_version(cfg: ClusterConfig, timeout: float = 3.0) -> str | None:
+    """The cluster's Ray version, as its dashboard reports it (None when it does not answer)."""
+    try:
+        r = requests.get(f"{cfg.address}/api/version", headers=cfg.headers(), timeout=timeout)
+        return str(r.json().get("ray_version") or "") or None
+    except (requests.RequestException, ValueError, AttributeError):
+        return None
+
+
 def _jobs_api_ready(cfg: ClusterConfig) -> bool:
     try:
         return requests.get(f"{cfg.address}/api/jobs/", headers=cfg.headers(), timeout=5).status_code == 200
@@ -237,11 +259,17 @@ def cluster_resources(cfg: ClusterConfig, timeout: float = 5.0) -> dict[str, Any
 
 
 class ClusterRegistry:
-    """Name -> cluster. Reads the config each time, so edits apply without a restart."""
+    """Name -> cluster. Reads the config each time, so edits apply without a restart.
 
-    def __init__(self, root: Path | None = None, extra: dict[str, dict[str, Any]] | None = None) -> None:
+    `allow_addresses`: whether a raw http(s) address stands for a cluster. True in the user's own process (the CLI,
+    the magic); the server passes False, so that no request can point it, and a token, at another host.
+    """
+
+    def __init__(self, root: Path | None = None, extra: dict[str, dict[str, Any]] | None = None, *,
+                 allow_addresses: bool = True) -> None:
         self.root = root
         self.extra = extra or {}
+        self.allow_addresses = allow_addresses
 
     def local(self, name: str = LOCAL) -> LocalCluster:
         return LocalCluster(name, self.root)
@@ -260,22 +288,24 @@ class ClusterRegistry:
             if not isinstance(e, dict) or "address" not in e:
                 raise ClusterError(f"cluster '{name}' needs an 'address' (the dashboard's http address)")
             out[name] = ClusterConfig(name=name, address=str(e["address"]).rstrip("/"),
-                                      token_file=e.get("token_file"), token=e.get("token"))
+                                      token_file=e.get("token_file"), token=e.get("token"), default_token=True)
         ra = os.environ.get("RAY_ADDRESS", "")
         if ra.startswith(("http://", "https://")) and ENV_CLUSTER not in out:
-            out[ENV_CLUSTER] = ClusterConfig(name=ENV_CLUSTER, address=ra.rstrip("/"))
+            out[ENV_CLUSTER] = ClusterConfig(name=ENV_CLUSTER, address=ra.rstrip("/"), default_token=True)
         return out
 
     def get(self, name: str) -> ClusterConfig:
-        if name.startswith(("http://", "https://")):
-            return ClusterConfig(name=name, address=name.rstrip("/"))
         cfgs = self.configs()
-        if name not in cfgs:
-            raise ClusterNotFound(
-                f"unknown cluster '{name}'; known: {', '.join(sorted(cfgs))}",
-                details={"field": "cluster"},
-            )
-        return cfgs[name]
+        if name in cfgs:
+            return cfgs[name]
+        if self.allow_addresses and name.startswith(("http://", "https://")):
+            configured = [c for c in cfgs.values() if c.address == name.rstrip("/")]
+            # the address of a configured cluster is that cluster (its own token); any other gets no token
+            return configured[0] if configured else ClusterConfig(name=name, address=name.rstrip("/"))
+        raise ClusterNotFound(
+            f"unknown cluster '{name[:200]}'; known: {', '.join(sorted(cfgs))}",
+            details={"field": "cluster"},
+        )
 
     def status(self, name: str) -> str:
         cfg = self.get(name)

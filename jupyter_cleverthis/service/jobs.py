@@ -33,7 +33,8 @@ from ..errors import (
     JobNotFound,
 )
 from ..spec import JobSpec, JobStatus, error_list, format_errors
-from .clusters import ClusterConfig, ClusterRegistry, cluster_resources, home, ping
+from . import tfenv
+from .clusters import ClusterConfig, ClusterRegistry, cluster_resources, home, ping, ray_version
 from .models import Checkpoint, JobDetail, JobSummary, Metrics
 from .store import EventStore
 
@@ -64,9 +65,6 @@ def phase_of(evs: list[dict[str, Any]]) -> str | None:
             phase = ev.get("phase")
     return phase
 PREFLIGHT_ENTRYPOINT = "python -m cleverthis_runtime.preflight"
-# framework tensorflow: the driver and the workers run with the TensorFlow environment's python (README, "TensorFlow").
-TF_PYTHON_ENV = "CLEVERTHIS_TF_PYTHON"
-TF_VENV = Path(__file__).resolve().parents[2] / ".venv-tf"
 DOWNLOAD_ENTRYPOINT = "python -m cleverthis_runtime.download"
 
 
@@ -90,7 +88,7 @@ class JobService:
             c = self._clients.get(key)
         if c is None:
             try:
-                c = JobSubmissionClient(cfg.address, headers=cfg.headers(), verify=True)
+                c = JobSubmissionClient(cfg.address, headers=cfg.sdk_headers(), verify=True)
             except Exception as e:
                 if cfg.managed and not ping(cfg):  # its address is gone with it: say how to start it
                     raise ClusterNotRunning(_not_running(cfg), details={"field": "cluster"}) from e
@@ -133,7 +131,7 @@ class JobService:
         if spec.framework == "tensorflow":
             # Ray starts the job's supervisor and every worker with this python (the entrypoint too: _entrypoint);
             # tf-keras, because Keras 3 `fit` fails under MultiWorkerMirroredStrategy.
-            env["py_executable"] = tf_python()
+            env["py_executable"] = tfenv.python()
             env["env_vars"].update({"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
         return env
 
@@ -210,6 +208,8 @@ class JobService:
                 f"a job named '{spec.name}' already exists on cluster '{spec.cluster}'; choose another name",
                 details={"field": "name"},
             )
+        if spec.framework == "tensorflow":  # its environment's Ray must be the cluster's
+            tfenv.check_ray_version(tfenv.python(), ray_version(self.cluster(spec.cluster)))
         if check:
             pf = self.preflight(spec, quick=True)
             if pf["errors"]:
@@ -428,6 +428,9 @@ class JobService:
             if "does not exist" in str(e) or "404" in str(e):
                 return None
             raise ClusterError(f"Ray could not describe job '{name}': {_short(e)}") from e
+        except OSError as e:  # requests' connection errors: the head went away or is overloaded
+            raise ClusterError(f"Ray could not describe job '{name}': its dashboard did not answer "
+                               f"({type(e).__name__}); is the cluster still running?") from e
 
     def _refresh_events(self, cluster: str, name: str, info: Any,
                         types: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
@@ -489,28 +492,11 @@ class JobService:
         )
 
 
-def tf_python() -> str:
-    """The TensorFlow environment's python: $CLEVERTHIS_TF_PYTHON (a path on the cluster's nodes), else this
-    checkout's .venv-tf (built by `make install-tf`)."""
-    configured = os.environ.get(TF_PYTHON_ENV)
-    if configured:
-        return configured
-    local = TF_VENV / "bin" / "python"
-    if local.exists():
-        return str(local)
-    raise InvalidSpec(
-        f"framework: tensorflow needs the TensorFlow environment, which is not installed: build it with "
-        f"`make install-tf` ({TF_VENV}) or set {TF_PYTHON_ENV} to the python of an environment with "
-        f"requirements-tf.txt on the cluster's nodes",
-        details={"field": "framework"},
-    )
-
-
 def _entrypoint(spec: JobSpec) -> str:
     if spec.framework == "tensorflow":
         import shlex
 
-        return f"{shlex.quote(tf_python())} -m cleverthis_runtime"
+        return f"{shlex.quote(tfenv.python())} -m cleverthis_runtime"
     return ENTRYPOINT
 
 

@@ -120,9 +120,12 @@ def test_cli_wait_and_json(ray_cluster, tiny_model, dataset, job_name, capsys):
 
 
 def test_queued_job_says_why(ray_cluster, tiny_model, dataset, job_name):
+    from jupyter_cleverthis.service.clusters import cluster_resources
+
     svc = JobService()
-    # 3 workers x 1 CPU on a 2-CPU cluster: the driver starts, the workers can never be placed.
-    svc.create(JobSpec(name=job_name, base_model=tiny_model, dataset_path=str(dataset), epochs=1, workers=3))
+    # One worker more than the cluster's CPUs (1 CPU each): the driver starts, the workers can never be placed.
+    n = int(cluster_resources(ray_cluster)["CPU"]["total"]) + 1
+    svc.create(JobSpec(name=job_name, base_model=tiny_model, dataset_path=str(dataset), epochs=1, workers=n))
     seen = set()
     try:
         for _ in range(120):
@@ -133,8 +136,8 @@ def test_queued_job_says_why(ray_cluster, tiny_model, dataset, job_name):
             time.sleep(0.5)
         assert d.status == JobStatus.QUEUED and d.phase == "starting_workers"
         reason = d.queued_reason
-        assert reason["requested"]["total"] == {"CPU": 3.0}
-        assert "waiting for 3 CPU" in reason["message"] and reason["nodes"]
+        assert reason["requested"]["total"] == {"CPU": float(n)}
+        assert f"waiting for {n} CPU" in reason["message"] and reason["nodes"]
         time.sleep(3)
         assert svc.get("local", job_name).status == JobStatus.QUEUED  # still waiting, not failed
     finally:

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from jupyter_cleverthis.errors import InvalidSpec
-from jupyter_cleverthis.service.jobs import JobService, tf_python
+from jupyter_cleverthis.service.jobs import JobService
+from jupyter_cleverthis.service.tfenv import python as tf_python
 from jupyter_cleverthis.spec import JobSpec, JobStatus
 
 from .training_helpers import delay_steps, wait_for
