@@ -43,6 +43,12 @@ class ClusterNotRunning(CleverThisError):
     status, code = 409, "cluster_not_running"
 
 
+class Forbidden(CleverThisError):
+    """The user may not do this (Jupyter's authorizer refused, or the job belongs to somebody else)."""
+
+    status, code = 403, "forbidden"
+
+
 class JobNotFound(CleverThisError):
     status, code = 404, "job_not_found"
 

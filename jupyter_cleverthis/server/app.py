@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Dict, Float, Type, Unicode
+from traitlets import Dict, Float, List, Type, Unicode
 
 from ..service.clusters import ClusterRegistry, home
 from ..service.jobs import JobService
@@ -25,12 +25,18 @@ class CleverThisApp(ExtensionApp):
     )
     service_class = Type(JobService, klass=JobService, config=True, help="The job service implementation")
     event_store = Unicode("", config=True, help="SQLite file of parsed job events (default $CLEVERTHIS_HOME/events.sqlite)")
+    admin_users = List(
+        Unicode(),
+        [],
+        config=True,
+        help="Jupyter user names that may cancel, resume and delete other users' jobs (everyone else: their own only)",
+    )
     refresh_interval = Float(3.0, config=True, help="Seconds between the front-ends' job list refreshes")
 
     def initialize_settings(self) -> None:
         registry = ClusterRegistry(extra=dict(self.clusters), allow_addresses=False)  # names only
         store = EventStore(self.event_store or home() / "events.sqlite")
-        self.settings["cleverthis_service"] = self.service_class(registry, store)
+        self.settings["cleverthis_service"] = self.service_class(registry, store, admin_users=set(self.admin_users))
         self.settings["cleverthis_refresh_interval"] = self.refresh_interval
 
     def initialize_handlers(self) -> None:

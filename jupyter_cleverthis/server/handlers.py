@@ -26,26 +26,37 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
-from ..errors import BadRequest, CleverThisError
+from ..errors import BadRequest, CleverThisError, Forbidden
 from ..service.clusters import cluster_resources
 from ..service.jobs import JobService
 from ..spec import JobSpec, TrainingConfig
 
 log = logging.getLogger(__name__)
 NAME = r"[^/]+"
+# Jupyter's authorizer sees every request as (action, "cleverthis"): GET is "read"; POST and DELETE are "write".
+RESOURCE = "cleverthis"
 
 
 def api(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    """Authenticate, run, and map the project's errors to JSON bodies (tracebacks stay in the server log)."""
+    """Authenticate, authorize (Jupyter's authorizer), run, and map the project's errors to JSON bodies
+    (tracebacks stay in the server log)."""
+    checked = authorized(resource=RESOURCE)(method)
 
     @web.authenticated
     @functools.wraps(method)
     async def wrapper(self: BaseHandler, *args: Any, **kwargs: Any) -> None:
         try:
-            await method(self, *args, **kwargs)
+            try:
+                await checked(self, *args, **kwargs)
+            except web.HTTPError as e:
+                if e.status_code != 403:
+                    raise
+                action = "read" if self.request.method in ("GET", "HEAD") else "change"
+                raise Forbidden(f"this server does not allow you to {action} training jobs or clusters") from e
         except CleverThisError as e:
             self.set_status(e.status)
             self.finish(json.dumps(e.as_dict()))
@@ -61,6 +72,8 @@ def api(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
 
 
 class BaseHandler(APIHandler):
+    auth_resource = RESOURCE
+
     @property
     def service(self) -> JobService:
         return self.settings["cleverthis_service"]
@@ -177,7 +190,7 @@ class JobHandler(BaseHandler):
 
     @api
     async def delete(self, cluster: str, name: str) -> None:
-        await self.run(self.service.delete, cluster, name)
+        await self.run(self.service.delete, cluster, name, user=self.owner())
         self.set_status(204)
         self.finish()
 
@@ -185,7 +198,7 @@ class JobHandler(BaseHandler):
 class CancelHandler(BaseHandler):
     @api
     async def post(self, cluster: str, name: str) -> None:
-        detail = await self.run(self.service.cancel, cluster, name)
+        detail = await self.run(self.service.cancel, cluster, name, user=self.owner())
         self.reply(detail.model_dump(mode="json"))
 
 

@@ -11,12 +11,13 @@ import re
 from typing import Any
 from urllib.parse import unquote
 
+from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.base.websocket import WebSocketMixin
 from tornado import httpclient, web, websocket
 
 from ..errors import BadRequest, CleverThisError, ClusterNotFound
-from .handlers import BaseHandler, api
+from .handlers import RESOURCE, BaseHandler, api
 
 log = logging.getLogger(__name__)
 _BAD_PATH = re.compile(r"(^|/)\.\.(/|$)|\\|^/|://|%2f|%5c|%2e%2e", re.IGNORECASE)
@@ -58,7 +59,9 @@ class LogTailHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler)
     """Relays Ray's `/api/jobs/{id}/logs/tail` websocket (plain-text frames) to the browser."""
 
     upstream: Any = None
+    auth_resource = RESOURCE
 
+    @authorized
     async def get(self, *args: Any, **kwargs: Any) -> None:
         if self.current_user is None:
             raise web.HTTPError(403)

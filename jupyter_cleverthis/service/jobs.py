@@ -27,6 +27,7 @@ from ..errors import (
     BadRequest,
     ClusterError,
     ClusterNotRunning,
+    Forbidden,
     InvalidSpec,
     JobConflict,
     JobExists,
@@ -69,9 +70,12 @@ DOWNLOAD_ENTRYPOINT = "python -m cleverthis_runtime.download"
 
 
 class JobService:
-    def __init__(self, registry: ClusterRegistry | None = None, store: EventStore | None = None) -> None:
+    def __init__(self, registry: ClusterRegistry | None = None, store: EventStore | None = None, *,
+                 admin_users: set[str] | frozenset[str] = frozenset()) -> None:
         self.registry = registry or ClusterRegistry()
         self.store = store or EventStore(home() / "events.sqlite")
+        # Who may cancel, resume or delete other owners' jobs (the server's CleverThisApp.admin_users).
+        self.admin_users = frozenset(admin_users)
         self._clients: dict[tuple[str, str], Any] = {}
         self._lock = threading.Lock()
 
@@ -359,15 +363,26 @@ class JobService:
         end = len(text) if limit is None else min(len(text), offset + limit)
         return {"text": text[offset:end], "offset": offset, "next": end, "size": len(text)}
 
-    def cancel(self, cluster: str, name: str) -> JobDetail:
-        client = self.client(cluster)
-        if self._info(client, name) is None:
+    def check_owner(self, cluster: str, name: str, user: str | None, what: str, info: Any = None) -> Any:
+        """The job's owner, or an admin, may `what` it; returns the job's Ray info."""
+        info = info if info is not None else self._info(self.client(cluster), name)
+        if info is None:
             raise JobNotFound(f"no job named '{name}' on cluster '{cluster}'", details={"field": "name"})
-        client.stop_job(name)
+        user = user or _default_owner()
+        owner = (info.metadata or {}).get("owner")
+        if owner and owner != user and user not in self.admin_users:
+            raise Forbidden(f"job '{name}' belongs to {owner}: only {owner} (or an admin of this server) can {what} it",
+                            details={"field": "name", "owner": owner})
+        return info
+
+    def cancel(self, cluster: str, name: str, *, user: str | None = None) -> JobDetail:
+        self.check_owner(cluster, name, user, "cancel")
+        self.client(cluster).stop_job(name)
         return self.get(cluster, name)
 
-    def delete(self, cluster: str, name: str) -> None:
+    def delete(self, cluster: str, name: str, *, user: str | None = None) -> None:
         """Forget a finished job (Ray's record and our events); its checkpoints stay on disk."""
+        self.check_owner(cluster, name, user, "delete")
         d = self.get(cluster, name)
         if not d.status.is_terminal():
             raise JobConflict(f"job '{name}' is {d.status.value}; cancel it before deleting", details={"field": "name"})
@@ -377,7 +392,8 @@ class JobService:
     def resume(self, cluster: str, name: str, *, epochs: int | None = None, new_name: str | None = None,
                owner: str | None = None, checkpoint: str | None = None) -> JobDetail:
         """A new job continuing `name` from its latest checkpoint (or the named one, e.g. "epoch-1");
-        epochs default to what remains."""
+        epochs default to what remains. Only the job's owner (or an admin) may resume it; the new job is `owner`'s."""
+        self.check_owner(cluster, name, owner, "resume")
         d = self.get(cluster, name)
         if not d.status.is_terminal():
             raise JobConflict(f"job '{name}' is still {d.status.value}; cancel it or wait for it to end",
@@ -511,6 +527,9 @@ def _spec_of(info: Any) -> dict[str, Any] | None:
 
 
 def _default_owner() -> str:
+    """Who the user's own process (a kernel, the CLI) acts for: the JupyterHub user, else the login user."""
+    if os.environ.get("JUPYTERHUB_USER"):
+        return os.environ["JUPYTERHUB_USER"]
     try:
         return getpass.getuser()
     except Exception:

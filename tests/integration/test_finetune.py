@@ -56,7 +56,7 @@ def test_lora_finetune_two_epochs(ray_cluster, tiny_model, dataset, job_name):
         assert k == k2 and torch.allclose(v, v2, atol=1e-5), k
 
     # Resume: a new job from the latest checkpoint continues the numbering (epoch-3 follows epoch-2).
-    resumed = svc.resume("local", job_name, epochs=1)
+    resumed = svc.resume("local", job_name, epochs=1, owner="tester")  # its owner resumes it
     assert resumed.name == f"{job_name}-resume-1"
     done = svc.wait("local", resumed.name, poll=0.5, timeout=600)
     assert done.status == JobStatus.SUCCEEDED, done.error

@@ -103,7 +103,7 @@ def test_two_workers_train_checkpoint_and_resume(ray_cluster, tf_model, dataset,
 
     # Resume from epoch-1: epoch numbering continues (epoch-2), from the exact position, equal to the straight run.
     t1 = time.time()
-    r = retry(svc.resume, "local", job_name, checkpoint="epoch-1", epochs=1)
+    r = retry(svc.resume, "local", job_name, checkpoint="epoch-1", epochs=1, owner="tester")
     r = svc.wait("local", r.name, poll=0.5, timeout=600)
     revs = svc.events("local", r.name)
     assert r.status == JobStatus.SUCCEEDED, (r.error, [e for e in revs if e["type"] in ("error", "worker_error")])
