@@ -50,7 +50,12 @@ class Job:
 
     def metrics(self) -> Any:
         """Per-step metrics as a pandas DataFrame (step, epoch, loss, learning_rate, tokens_per_s, eta_s)."""
-        import pandas as pd
+        try:
+            import pandas as pd
+        except ImportError as e:  # pandas is optional: the `pandas` extra
+            raise ImportError("job.metrics() returns a pandas DataFrame and pandas is not installed: "
+                              "pip install pandas (or jupyter-cleverthis[pandas]); job.events() has the same rows "
+                              "as dicts") from e
 
         rows = [e for e in self.events() if e["type"] == "step"]
         cols = ["step", "epoch", "loss", "learning_rate", "grad_norm", "tokens_per_s", "eta_s", "t"]

@@ -29,6 +29,8 @@ TEST_CLUSTER_CPUS = 4
 os.environ.pop("RAY_ADDRESS", None)
 os.environ.pop("CLEVERTHIS_CLUSTER", None)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# DeepSpeed's JIT-built ops (cpu_adam ~65 s) outlive the run: every job gets this cache (PASSTHROUGH_ENV).
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "cleverthis" / "torch_extensions"))
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 

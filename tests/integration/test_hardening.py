@@ -26,7 +26,7 @@ from jupyter_cleverthis.service.clusters import ClusterRegistry, LocalCluster, f
 from jupyter_cleverthis.service.jobs import MARK, JobService
 from jupyter_cleverthis.service.store import EventStore
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 EMITTER = textwrap.dedent(f'''
     """Prints N step events at RATE per second (plus FILLER plain lines per second), framed by phase events."""

@@ -22,7 +22,7 @@ from jupyter_cleverthis.spec import JobSpec, JobStatus
 
 from .training_helpers import delay_steps, make_cached_model, wait_for_step
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 
 @pytest.fixture
