@@ -65,8 +65,11 @@ test-fast: install
 
 # The browser tests run in their own pytest process: Playwright's sync API leaves an asyncio loop running in
 # the main thread, which breaks pytest-jupyter's per-test event loops of any test collected after them.
+# Three xdist workers share one Ray head (tests/conftest.py); the tests marked serial run alone afterwards.
+PYTEST_WORKERS ?= 3
 test-pytest: install-tf
-	$(STAGE) pytest $(PY) -m pytest -q -ra --durations=15 --ignore=tests/ui
+	$(STAGE) pytest $(PY) -m pytest -q -ra --durations=15 -n $(PYTEST_WORKERS) --dist worksteal -m "not serial" --ignore=tests/ui
+	$(STAGE) pytest-serial $(PY) -m pytest -q -ra --durations=5 -m serial --ignore=tests/ui
 
 test-ui: install chromium
 	$(STAGE) ui $(PY) -m pytest -q -ra tests/ui

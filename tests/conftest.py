@@ -24,11 +24,15 @@ EXAMPLE_DATA = ROOT / "examples" / "data"
 _HOME = Path(os.environ.get("CLEVERTHIS_TEST_RUN_HOME") or tempfile.mkdtemp(prefix="cleverthis-tests-"))
 os.environ["CLEVERTHIS_TEST_RUN_HOME"] = str(_HOME)  # inherited by this run's xdist workers
 os.environ["CLEVERTHIS_HOME"] = str(_HOME)
-# Logical CPUs of the test head: two 2-worker jobs of parallel tests fit at once (the tests read the number).
-TEST_CLUSTER_CPUS = 4
+# Logical CPUs of the test head: three 2-worker jobs of parallel tests fit at once (the tests read the number).
+TEST_CLUSTER_CPUS = 6
 os.environ.pop("RAY_ADDRESS", None)
 os.environ.pop("CLEVERTHIS_CLUSTER", None)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The TensorFlow environment `make install-tf` builds (`cleverthis-train setup tensorflow`), outside the checkout.
+_TF_PY = Path.home() / ".cache" / "cleverthis" / "home" / "envs" / "tensorflow" / "bin" / "python"
+if _TF_PY.exists():
+    os.environ.setdefault("CLEVERTHIS_TF_PYTHON", str(_TF_PY))
 # DeepSpeed's JIT-built ops (cpu_adam ~65 s) outlive the run: every job gets this cache (PASSTHROUGH_ENV).
 os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "cleverthis" / "torch_extensions"))
 

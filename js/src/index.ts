@@ -56,7 +56,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       refreshInterval: DEFAULT_REFRESH_INTERVAL,
       onCreateJob: () => void commands.execute(CommandIDs.createJob),
       onOpenDashboard: cluster => void commands.execute(CommandIDs.openDashboard, { cluster }),
-      confirmCancel: Private.confirmCancel
+      confirmCancel: Private.confirmCancel,
+      currentUser: () => app.serviceManager.user?.identity?.username
     });
     panel.title.caption = 'Training';
     shell.add(panel, 'left', { rank: 200 });

@@ -41,6 +41,8 @@ export interface ITrainingPanelOptions {
   onOpenDashboard?: (cluster: string) => void;
   /** Asks the user to confirm a cancellation; no confirmation when omitted. */
   confirmCancel?: (job: IJobDetail) => Promise<boolean>;
+  /** The signed-in user's name (the owner of the jobs they create); hides the "Mine" filter when omitted. */
+  currentUser?: () => string | undefined;
 }
 
 /** What the panel body shows. */
@@ -82,6 +84,13 @@ export class TrainingPanel extends Widget {
       )
     );
     this._statusFilter.addEventListener('change', () => this.table.setJobs(this._filtered(this._jobs)));
+    this._currentUser = options.currentUser;
+    this._mine = h('input', { type: 'checkbox', class: `${CSS_PREFIX}-mineFilter`, 'aria-label': 'Only my jobs' });
+    this._mine.addEventListener('change', () => this.table.setJobs(this._filtered(this._jobs)));
+    const mineLabel = h('label', { class: `${CSS_PREFIX}-mine`, title: 'Show only the jobs you own' }, this._mine, 'Mine');
+    if (!options.currentUser) {
+      mineLabel.style.display = 'none';
+    }
     const createButton = h(
       'button',
       { type: 'button', class: `${CSS_PREFIX}-button jp-mod-accept ${CSS_PREFIX}-createJob`, title: 'Create a training or fine-tuning job' },
@@ -117,6 +126,7 @@ export class TrainingPanel extends Widget {
         { class: `${CSS_PREFIX}-toolbar` },
         createButton,
         this._statusFilter,
+        mineLabel,
         h('span', { class: `${CSS_PREFIX}-spacer` }),
         refreshButton,
         this._dashboardButton
@@ -393,7 +403,8 @@ export class TrainingPanel extends Widget {
 
   private _filtered(jobs: IJobSummary[]): IJobSummary[] {
     const status = this._statusFilter.value;
-    return status ? jobs.filter(j => j.status === status) : jobs;
+    const me = this._mine.checked ? this._currentUser?.() : undefined;
+    return jobs.filter(j => (!status || j.status === status) && (!me || j.owner === me));
   }
 
   private async _cancel(job: IJobDetail): Promise<void> {
@@ -430,6 +441,8 @@ export class TrainingPanel extends Widget {
   private _cluster: string | null = null;
   private _jobs: IJobSummary[] = [];
   private readonly _statusFilter: HTMLSelectElement;
+  private readonly _mine: HTMLInputElement;
+  private readonly _currentUser?: () => string | undefined;
   private _clusters: IClusterInfo[] = [];
   private _defaultCluster: string;
   private _userPicked = false;

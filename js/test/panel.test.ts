@@ -84,6 +84,23 @@ describe('TrainingPanel', () => {
     panel.dispose();
   });
 
+  it('filters to the signed-in user\'s jobs with "Mine"', async () => {
+    const transport = fakeTransport();
+    transport.listJobs.mockResolvedValue([makeJob(1, { owner: 'alice' }), makeJob(2, { owner: 'bob' })]);
+    const panel = new TrainingPanel({ transport, defaultCluster: 'local', currentUser: () => 'alice' });
+    Widget.attach(panel, document.body);
+    await panel.refresh();
+    expect(panel.table.jobs.map(j => j.owner)).toEqual(['bob', 'alice']); // everyone's jobs, with their owners
+    const mine = panel.node.querySelector('.jp-CleverThis-mineFilter') as HTMLInputElement;
+    mine.checked = true;
+    mine.dispatchEvent(new Event('change'));
+    expect(panel.table.jobs.map(j => j.name)).toEqual(['job-0001']);
+    panel.dispose();
+    const anonymous = new TrainingPanel({ transport });
+    expect((anonymous.node.querySelector('.jp-CleverThis-mine') as HTMLElement).style.display).toBe('none');
+    anonymous.dispose();
+  });
+
   it('applies the refresh interval setting', () => {
     const panel = new TrainingPanel({ transport: fakeTransport(), refreshInterval: 3 });
     expect(panel.refreshInterval).toBe(3);

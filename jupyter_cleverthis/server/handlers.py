@@ -23,6 +23,7 @@ import asyncio
 import functools
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -32,7 +33,7 @@ from tornado import web
 
 from ..errors import BadRequest, CleverThisError, Forbidden
 from ..service.clusters import cluster_resources
-from ..service.jobs import JobService
+from ..service.jobs import JobService, default_owner
 from ..spec import JobSpec, TrainingConfig
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,11 @@ class BaseHandler(APIHandler):
         self.finish(json.dumps(data, default=str))
 
     def owner(self) -> str:
+        """The Jupyter identity (under JupyterHub: the hub user). A shared server token identifies nobody: Jupyter
+        then makes up a random "Anonymous ..." user per request, and the owner is the server's own user instead."""
         user = self.current_user
+        if _is_anonymous(user):
+            return default_owner()
         return getattr(user, "username", None) or getattr(user, "name", None) or str(user)
 
 
@@ -240,6 +245,12 @@ class MetricsHandler(BaseHandler):
         if not 4 <= n <= 100_000:
             raise BadRequest("max_points must be between 4 and 100000", details={"field": "max_points"})
         self.reply(await self.run(self.service.metrics, cluster, name, max_points=n))
+
+
+def _is_anonymous(user: Any) -> bool:
+    """jupyter_server's IdentityProvider.generate_anonymous_user: a uuid4 hex username, name "Anonymous <moon>"."""
+    name, username = str(getattr(user, "name", "")), str(getattr(user, "username", ""))
+    return name.startswith("Anonymous ") and re.fullmatch(r"[0-9a-f]{32}", username) is not None
 
 
 def routes() -> list[tuple[str, type[Any]]]:

@@ -221,7 +221,7 @@ class JobService:
                 raise InvalidSpec(f"{first['field']}: {first['message']}", details={"errors": pf["errors"]})
         metadata = {
             MARK: "1",
-            "owner": owner or _default_owner(),
+            "owner": owner or default_owner(),
             "job_type": spec.job_type,
             "framework": spec.framework,
         }
@@ -368,7 +368,7 @@ class JobService:
         info = info if info is not None else self._info(self.client(cluster), name)
         if info is None:
             raise JobNotFound(f"no job named '{name}' on cluster '{cluster}'", details={"field": "name"})
-        user = user or _default_owner()
+        user = user or default_owner()
         owner = (info.metadata or {}).get("owner")
         if owner and owner != user and user not in self.admin_users:
             raise Forbidden(f"job '{name}' belongs to {owner}: only {owner} (or an admin of this server) can {what} it",
@@ -526,7 +526,7 @@ def _spec_of(info: Any) -> dict[str, Any] | None:
         return None
 
 
-def _default_owner() -> str:
+def default_owner() -> str:
     """Who the user's own process (a kernel, the CLI) acts for: the JupyterHub user, else the login user."""
     if os.environ.get("JUPYTERHUB_USER"):
         return os.environ["JUPYTERHUB_USER"]

@@ -26,7 +26,7 @@ from jupyter_cleverthis.service.clusters import ClusterRegistry, LocalCluster, f
 from jupyter_cleverthis.service.jobs import MARK, JobService
 from jupyter_cleverthis.service.store import EventStore
 
-pytestmark = [pytest.mark.integration, pytest.mark.serial]
+pytestmark = pytest.mark.integration
 
 EMITTER = textwrap.dedent(f'''
     """Prints N step events at RATE per second (plus FILLER plain lines per second), framed by phase events."""
@@ -209,6 +209,7 @@ async def test_50_websocket_tails_for_60s_drop_no_event(jp_ws_fetch, ray_cluster
 
 
 # -- a job flooding its log -------------------------------------------------------------------------------------
+@pytest.mark.serial  # a timing ratio: measured with nothing else running
 async def test_a_job_printing_10000_lines_per_second_does_not_slow_the_job_list(jp_fetch, ray_cluster, emitter,
                                                                                job_name):
     svc = JobService()
