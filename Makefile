@@ -18,7 +18,7 @@ export CLEVERTHIS_TF_PYTHON ?= $(TF_ENV)/bin/python
 export CLEVERTHIS_STAGES ?= $(CURDIR)/.cache/stages.txt
 STAGE := $(CURDIR)/.ci/stage
 
-.PHONY: install install-tf demo test test-fast lint test-unit test-js test-wheel test-pytest test-ui bench clean chromium
+.PHONY: test-serial hub-proxy install install-tf demo test test-fast lint test-unit test-js test-wheel test-pytest test-ui bench clean chromium
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -69,16 +69,27 @@ test-fast: install
 PYTEST_WORKERS ?= 3
 test-pytest: install-tf
 	$(STAGE) pytest $(PY) -m pytest -q -ra --durations=15 -n $(PYTEST_WORKERS) --dist worksteal -m "not serial" --ignore=tests/ui
+
+# The serial tests and the browser tests run side by side, each with a Ray head of its own (make -j2).
+test-serial: install-tf
 	$(STAGE) pytest-serial $(PY) -m pytest -q -ra --durations=5 -m serial --ignore=tests/ui
 
-test-ui: install chromium
+# JupyterHub's proxy for the multi-user browser test (tests/ui/test_jupyterhub.py), from npm, outside the checkout.
+CHP := $(CACHE)/chp/node_modules/.bin/configurable-http-proxy
+$(CHP):
+	npm install --silent --no-audit --no-fund --prefix $(CACHE)/chp configurable-http-proxy@5 >/dev/null
+
+hub-proxy: $(CHP)
+
+test-ui: install chromium hub-proxy
 	$(STAGE) ui $(PY) -m pytest -q -ra tests/ui
 
 test:
 	@mkdir -p $(dir $(CLEVERTHIS_STAGES))
-	$(STAGE) install $(MAKE) --no-print-directory install install-tf chromium
+	$(STAGE) install $(MAKE) --no-print-directory install install-tf chromium hub-proxy
 	$(STAGE) lint+js $(MAKE) --no-print-directory lint test-js
-	$(MAKE) --no-print-directory test-wheel test-pytest test-ui
+	$(MAKE) --no-print-directory test-wheel test-pytest
+	$(MAKE) --no-print-directory -j2 -Otarget test-serial test-ui
 
 bench: install
 	$(PY) -m bench

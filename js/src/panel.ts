@@ -320,7 +320,7 @@ export class TrainingPanel extends Widget {
       const cluster = this._cluster;
       if (!cluster) {
         this.table.setJobs([]);
-        this._showError(null);
+        this._showError(null, true);
         return;
       }
       if (this._view === 'list') {
@@ -345,9 +345,9 @@ export class TrainingPanel extends Widget {
           }
         }
       }
-      this._showError(null);
+      this._showError(null, true);
     } catch (err) {
-      this._showError(errorMessage(err));
+      this._showError(errorMessage(err), true);
       throw err; // lets the poll back off; refresh() swallows it
     }
   }
@@ -423,7 +423,15 @@ export class TrainingPanel extends Widget {
     void this.refresh();
   }
 
-  private _showError(message: string | null): void {
+  /**
+   * Show (or clear) the error bar. A refresh clears only what a refresh showed: the error of a user's action
+   * (a refused cancel, say) stays until their next action.
+   */
+  private _showError(message: string | null, fromRefresh = false): void {
+    if (fromRefresh && message === null && !this._errorFromRefresh) {
+      return;
+    }
+    this._errorFromRefresh = fromRefresh;
     this._error.textContent = message ?? '';
     this._error.style.display = message ? '' : 'none';
   }
@@ -442,6 +450,7 @@ export class TrainingPanel extends Widget {
   private _jobs: IJobSummary[] = [];
   private readonly _statusFilter: HTMLSelectElement;
   private readonly _mine: HTMLInputElement;
+  private _errorFromRefresh = false;
   private readonly _currentUser?: () => string | undefined;
   private _clusters: IClusterInfo[] = [];
   private _defaultCluster: string;

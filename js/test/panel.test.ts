@@ -101,6 +101,25 @@ describe('TrainingPanel', () => {
     anonymous.dispose();
   });
 
+  it('keeps a refused cancel\'s reason on screen across refreshes', async () => {
+    const transport = fakeTransport();
+    transport.getJob.mockResolvedValue(makeDetail({ status: 'running' }));
+    transport.cancelJob.mockRejectedValue(new Error("job 'job-0001' belongs to alice"));
+    const panel = new TrainingPanel({ transport, defaultCluster: 'local' });
+    Widget.attach(panel, document.body);
+    await panel.refresh();
+    (panel.node.querySelector('.jp-CleverThis-JobTable-row') as HTMLElement).click();
+    await panel.refresh();
+    (panel.node.querySelector('.jp-CleverThis-JobDetail-cancel') as HTMLButtonElement).click();
+    await vi.waitFor(() => expect(transport.cancelJob).toHaveBeenCalled());
+    await panel.refresh();
+    await panel.refresh();
+    const bar = panel.node.querySelector('.jp-CleverThis-errorBar') as HTMLElement;
+    expect(bar.style.display).toBe('');
+    expect(bar.textContent).toContain('belongs to alice');
+    panel.dispose();
+  });
+
   it('applies the refresh interval setting', () => {
     const panel = new TrainingPanel({ transport: fakeTransport(), refreshInterval: 3 });
     expect(panel.refreshInterval).toBe(3);

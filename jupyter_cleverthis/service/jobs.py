@@ -151,8 +151,8 @@ class JobService:
         self.ensure_running(cluster)
         client = self.client(cluster)
         sid = f"cleverthis-{kind}-{uuid.uuid4().hex[:12]}"
-        client.submit_job(entrypoint=entrypoint, submission_id=sid, runtime_env=runtime_env,
-                          metadata={MARK: kind, **(metadata or {})})
+        submit(client, entrypoint=entrypoint, submission_id=sid, runtime_env=runtime_env,
+               metadata={MARK: kind, **(metadata or {})})
         end = time.time() + timeout
         seen = 0
         try:
@@ -226,8 +226,8 @@ class JobService:
             "framework": spec.framework,
         }
         try:
-            client.submit_job(
-                entrypoint=_entrypoint(spec), submission_id=spec.name, runtime_env=self._runtime_env(spec),
+            submit(
+                client, entrypoint=_entrypoint(spec), submission_id=spec.name, runtime_env=self._runtime_env(spec),
                 metadata=metadata,
             )
         except RuntimeError as e:
@@ -506,6 +506,20 @@ class JobService:
             elapsed_s=round(elapsed, 1) if elapsed is not None else None,
             message=_short_message(info.message) if status == JobStatus.FAILED else None,
         )
+
+
+def submit(client: Any, *, patience_s: float = 60.0, **kw: Any) -> str:
+    """Ray's submit_job, waiting while a just-started head has no job agent yet ("No available agent to submit
+    job"): the dashboard answers seconds before its agent registers, so a submit right after `cluster up` (or on a
+    loaded head) would fail for nothing."""
+    end = time.monotonic() + patience_s
+    while True:
+        try:
+            return str(client.submit_job(**kw))
+        except RuntimeError as e:
+            if "No available agent" not in str(e) or time.monotonic() > end:
+                raise
+            time.sleep(1.0)
 
 
 def _entrypoint(spec: JobSpec) -> str:

@@ -22,6 +22,7 @@ import pytest
 import requests
 
 from cleverthis_runtime.events import PREFIX, parse_events
+from jupyter_cleverthis.service import jobs
 from jupyter_cleverthis.service.clusters import ClusterRegistry, LocalCluster, free_port
 from jupyter_cleverthis.service.jobs import MARK, JobService
 from jupyter_cleverthis.service.store import EventStore
@@ -67,8 +68,8 @@ def emitter(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def submit(svc: JobService, cluster: str, name: str, emitter: Path, n: int, rate: float, filler: int = 0) -> None:
-    svc.client(cluster).submit_job(
-        entrypoint=f"{sys.executable} {emitter} {n} {rate} {filler}", submission_id=name,
+    jobs.submit(
+        svc.client(cluster), entrypoint=f"{sys.executable} {emitter} {n} {rate} {filler}", submission_id=name,
         metadata={MARK: "1", "owner": "hardening", "job_type": "train", "framework": "torch"},
         runtime_env={"env_vars": {"PYTHONUNBUFFERED": "1"}},
     )
@@ -239,6 +240,7 @@ async def test_a_job_printing_10000_lines_per_second_does_not_slow_the_job_list(
 
 
 # -- the Ray head stopped and back ------------------------------------------------------------------------------
+@pytest.mark.serial  # a second Ray head of its own, stopped and started again
 def test_ray_head_stopped_gives_clear_errors_keeps_the_store_and_recovers(ray_cluster, emitter, tmp_path, job_name):
     """A head of its own (the session's one is shared): stopped by its pid mid-list, then started again."""
     root = tmp_path / "home2"
