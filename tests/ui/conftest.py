@@ -14,14 +14,14 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+from .helpers import wait_http
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -109,19 +109,7 @@ def lab(ray_cluster: object, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     )
     url = f"http://127.0.0.1:{port}{BASE_URL}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"jupyter lab exited with {proc.returncode}; see {ARTIFACTS / 'jupyter-lab.log'}")
-            try:
-                with urllib.request.urlopen(f"{url}api/status?token={token}", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"jupyter lab did not answer on {url}; see {ARTIFACTS / 'jupyter-lab.log'}")
-            time.sleep(0.3)
+        wait_http(f"{url}api/status?token={token}", proc, "jupyter lab", ARTIFACTS / "jupyter-lab.log")
         yield Lab(url=url, token=token, root_dir=root_dir)
     finally:
         proc.send_signal(signal.SIGTERM)  # the server shuts its kernels down on SIGTERM

@@ -13,6 +13,25 @@ PANEL_ID = "jp-CleverThis-training"
 JOB_DONE_S = 300  # a tiny 2-epoch job takes about a minute on 2 cores; Ray start-up dominates
 
 
+def wait_http(url: str, proc: Any, what: str, log: Any, timeout_s: float = 120) -> None:
+    """Wait until `url` answers 200 while the server process `proc` lives (its output goes to `log`)."""
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}; see {log}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not answer on {url}; see {log}")
+        time.sleep(0.3)
+
+
 def run_command(page: Page, command: str, args: dict[str, Any] | None = None) -> None:
     """Run a JupyterLab command through the app exposed by `--LabApp.expose_app_in_browser`."""
     page.evaluate("([c, a]) => window.jupyterapp.commands.execute(c, a).then(() => true)", [command, args or {}])

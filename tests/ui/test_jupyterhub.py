@@ -11,8 +11,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +23,7 @@ from playwright.sync_api import Browser, Page, expect  # noqa: E402
 from jupyter_cleverthis.service.clusters import free_port  # noqa: E402
 
 from .conftest import ARTIFACTS  # noqa: E402
-from .helpers import JOB_DONE_S, open_training_panel, unique  # noqa: E402
+from .helpers import JOB_DONE_S, open_training_panel, unique, wait_http  # noqa: E402
 from .test_sidebar import BADGE, create_job, detail_badge, job_row  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -87,17 +85,7 @@ c.JupyterHub.cleanup_servers = True
                             env={**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"})
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, f"jupyterhub exited: see {ARTIFACTS / 'jupyterhub.log'}"
-            try:
-                with urllib.request.urlopen(f"{url}/hub/api/", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, f"jupyterhub did not answer: see {ARTIFACTS / 'jupyterhub.log'}"
-            time.sleep(0.5)
+        wait_http(f"{url}/hub/api/", proc, "jupyterhub", ARTIFACTS / "jupyterhub.log")
         yield url
     finally:
         proc.send_signal(signal.SIGTERM)  # the hub stops the users' servers and the proxy (cleanup_servers)
