@@ -2,7 +2,7 @@ import { describe, expect, it, vi } from 'vitest';
 import { ServerConnection } from '@jupyterlab/services';
 
 import { RestTransport } from '../src/shared/restTransport';
-import { TransportError } from '../src/shared';
+import { errorMessage, TransportError } from '../src/shared';
 
 function setup(status: number, body: unknown) {
   const calls: { url: string; method: string; body: string | null; headers: Headers }[] = [];
@@ -78,6 +78,7 @@ describe('RestTransport', () => {
     expect(err.code).toBe('invalid_spec');
     expect(err.message).toBe('The job spec is invalid');
     expect(err.fieldErrors).toEqual([{ field: 'epochs', message: 'must be >= 1' }]);
+    expect(errorMessage(err)).toBe('The job spec is invalid'); // words for the user, no HTTP status code
   });
 
   it('reports network failures as TransportError', async () => {

@@ -87,9 +87,10 @@ export class TransportError extends Error {
 }
 
 /** A short human message for any error a transport may throw. */
+/** What the user reads: the server's sentence, never an HTTP status code. */
 export function errorMessage(err: unknown): string {
   if (err instanceof TransportError) {
-    return err.status ? `${err.message} (${err.status})` : err.message;
+    return err.message;
   }
   if (err instanceof Error) {
     return err.message;
