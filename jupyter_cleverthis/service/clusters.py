@@ -28,6 +28,7 @@ from ..errors import ClusterError, ClusterNotFound
 log = logging.getLogger(__name__)
 
 LOCAL = "local"
+START_ATTEMPTS = 3
 ENV_CLUSTER = "ray-address"
 
 
@@ -136,6 +137,27 @@ class LocalCluster:
         if not self.token_file.exists():
             self.token_file.write_text(uuid.uuid4().hex + uuid.uuid4().hex)
             self.token_file.chmod(0o600)
+        # A loaded machine: Ray gives its raylet 30 s to register with the GCS ("The current node timed out during
+        # startup"), a limit it does not let us change; starting again is what a user would do.
+        for attempt in range(1, START_ATTEMPTS + 1):
+            since = self.log_file.stat().st_size if self.log_file.exists() else 0
+            cfg, proc = self._launch(num_cpus)
+            up = _wait(lambda c=cfg, p=proc: (ping(c) and _node_registered(c)) or p.poll() is not None, timeout)
+            if up and proc.poll() is None:
+                # The dashboard answers before the job agent is ready; wait for the Job API itself.
+                _wait(lambda c=cfg: _jobs_api_ready(c), 60)
+                return cfg
+            with open(self.log_file, errors="replace") as f:
+                f.seek(since)
+                said = f.read()[-2000:]
+            self.down()
+            if attempt == START_ATTEMPTS or "timed out during startup" not in said:
+                raise ClusterError(f"local Ray cluster did not start within {timeout:.0f}s; ray start said:\n{said}")
+            log.warning("local Ray cluster: the node timed out during startup (a busy machine); starting again")
+        raise AssertionError("unreachable")
+
+    def _launch(self, num_cpus: int | None) -> tuple[ClusterConfig, subprocess.Popen[bytes]]:
+        """`ray start --head --block` on free loopback ports; its pid and addresses go to the state file."""
         gcs, dash = free_port(), free_port()
         tag = hashlib.sha1(str(self.dir.resolve()).encode()).hexdigest()[:8]
         temp_dir = f"/tmp/cleverthis-ray-{tag}"
@@ -171,14 +193,7 @@ class LocalCluster:
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=2))
         os.replace(tmp, self.state_file)
-        cfg = self.config()
-        if not _wait(lambda: ping(cfg) or proc.poll() is not None, timeout) or proc.poll() is not None:
-            tail = self.log_file.read_text(errors="replace")[-2000:]
-            self.down()
-            raise ClusterError(f"local Ray cluster did not start within {timeout:.0f}s; ray start said:\n{tail}")
-        # The dashboard answers before the job agent is ready; wait for the Job API itself.
-        _wait(lambda: _jobs_api_ready(cfg), 60)
-        return cfg
+        return self.config(), proc
 
     def down(self, timeout: float = 90.0) -> bool:
         """SIGTERM the `ray start --block` process (it drains the node), then wait; True if it was running."""
@@ -223,6 +238,15 @@ def ray_version(cfg: ClusterConfig, timeout: float = 3.0) -> str | None:
         return str(r.json().get("ray_version") or "") or None
     except (requests.RequestException, ValueError, AttributeError):
         return None
+
+
+def _node_registered(cfg: ClusterConfig) -> bool:
+    """The head's raylet has registered with the GCS (the dashboard lists an alive node)."""
+    try:
+        r = requests.get(f"{cfg.address}/nodes?view=summary", headers=cfg.headers(), timeout=5)
+        return bool(r.status_code == 200 and r.json().get("data", {}).get("summary"))
+    except (requests.RequestException, ValueError, AttributeError):
+        return False
 
 
 def _jobs_api_ready(cfg: ClusterConfig) -> bool:
