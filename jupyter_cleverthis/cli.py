@@ -102,6 +102,8 @@ def build_parser(prog: str = "cleverthis-train") -> argparse.ArgumentParser:
     cl.add_argument("action", choices=["up", "down", "list"])
     cl.add_argument("--name", default="local", help="managed cluster name (up/down)")
     cl.add_argument("--num-cpus", dest="num_cpus", type=_int("--num-cpus"), default=None)
+    cl.add_argument("--metrics", action="store_true", default=None,
+                    help="export Ray's Prometheus metrics on a loopback port (no authentication; off by default)")
     cl.add_argument("--json", action="store_true")
 
     st = sub.add_parser("setup", help="create an environment jobs need: tensorflow (for framework tensorflow)")
@@ -296,8 +298,11 @@ def execute(a: argparse.Namespace, out: Callable[[str], None], *, service: Any =
                 out(f"cluster '{cfg.name}' already running at {cfg.address}")
                 return cfg.public()
             t0 = time.time()
-            cfg = reg.local(a.name).up(num_cpus=a.num_cpus)
+            local = reg.local(a.name)
+            cfg = local.up(num_cpus=a.num_cpus, metrics=a.metrics)
             out(f"cluster '{cfg.name}' running at {cfg.address} ({time.time() - t0:.1f}s)")
+            if (local.state() or {}).get("metrics_url"):
+                out(f"Ray metrics (Prometheus, no authentication): {local.state()['metrics_url']}")
             return cfg.public()
         if a.action == "down":
             was = reg.local(a.name).down()

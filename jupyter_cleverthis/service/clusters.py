@@ -126,8 +126,13 @@ class LocalCluster:
         st = self.state()
         return bool(st and _pid_alive(int(st["pid"])) and ping(self.config()))
 
-    def up(self, *, num_cpus: int | None = None, timeout: float = 180.0) -> ClusterConfig:
-        """Start the head unless it already runs (idempotent); returns its config once the Job API answers."""
+    def up(self, *, num_cpus: int | None = None, metrics: bool | None = None, timeout: float = 180.0) -> ClusterConfig:
+        """Start the head unless it already runs (idempotent); returns its config once the Job API answers.
+
+        `metrics`: export Ray's Prometheus metrics (default: `CLEVERTHIS_LOCAL_METRICS=1`, else off). The export
+        port has no authentication, so it is off unless asked for; when on it listens on loopback only."""
+        if metrics is None:
+            metrics = os.environ.get("CLEVERTHIS_LOCAL_METRICS", "").strip().lower() in ("1", "true", "yes", "on")
         st = self.state()
         if st and _pid_alive(int(st["pid"])):
             if _wait(lambda: ping(self.config()), 60):
@@ -141,7 +146,7 @@ class LocalCluster:
         # startup"), a limit it does not let us change; starting again is what a user would do.
         for attempt in range(1, START_ATTEMPTS + 1):
             since = self.log_file.stat().st_size if self.log_file.exists() else 0
-            cfg, proc = self._launch(num_cpus)
+            cfg, proc = self._launch(num_cpus, metrics)
             up = _wait(lambda c=cfg, p=proc: (ping(c) and _node_registered(c)) or p.poll() is not None, timeout)
             if up and proc.poll() is None:
                 # The dashboard answers before the job agent is ready; wait for the Job API itself.
@@ -156,8 +161,18 @@ class LocalCluster:
             log.warning("local Ray cluster: the node timed out during startup (a busy machine); starting again")
         raise AssertionError("unreachable")
 
-    def _launch(self, num_cpus: int | None) -> tuple[ClusterConfig, subprocess.Popen[bytes]]:
-        """`ray start --head --block` on free loopback ports; its pid and addresses go to the state file."""
+    def _launch(self, num_cpus: int | None, metrics: bool = False) -> tuple[ClusterConfig, subprocess.Popen[bytes]]:
+        """`ray start --head --block` on free loopback ports; its pid and addresses go to the state file.
+
+        Every listener on loopback: `ray start` turns `--node-ip-address=127.0.0.1` into the machine's address
+        (`services.resolve_ip_for_localhost`) unless Ray's multi-node mode is off
+        (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, what Ray does on macOS and Windows); the node's address then
+        stays 127.0.0.1, and the GCS, raylet, workers, agents and metrics exporters all bind to it. The cluster
+        is for this machine: another node can still join it from here (the tests' second node does)."""
+        metrics_port = free_port() if metrics else None
+        # Ray's autoscaler and dashboard always serve their own Prometheus series, on fixed ports (44217, 44227)
+        # unless told; free ones keep two users' clusters on one machine apart. Both bind to the node address.
+        own_metrics = {"AUTOSCALER_METRIC_PORT": str(free_port()), "DASHBOARD_METRIC_PORT": str(free_port())}
         gcs, dash = free_port(), free_port()
         tag = hashlib.sha1(str(self.dir.resolve()).encode()).hexdigest()[:8]
         temp_dir = f"/tmp/cleverthis-ray-{tag}"
@@ -167,8 +182,10 @@ class LocalCluster:
             "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
             f"--port={gcs}", f"--dashboard-port={dash}",
             f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
-            f"--metrics-export-port={free_port()}", f"--temp-dir={temp_dir}",
+            f"--temp-dir={temp_dir}",
         ]  # fmt: skip
+        if metrics_port:
+            cmd.append(f"--metrics-export-port={metrics_port}")
         if num_cpus is not None:
             cmd.append(f"--num-cpus={num_cpus}")
         env = dict(os.environ)
@@ -177,6 +194,9 @@ class LocalCluster:
             RAY_AUTH_TOKEN_PATH=str(self.token_file),
             PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
             RAY_USAGE_STATS_ENABLED="0",
+            RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
+            RAY_enable_metrics_collection="1" if metrics else "0",
+            **own_metrics,
         )
         env.pop("RAY_ADDRESS", None)
         env.pop("RAY_AUTH_TOKEN", None)
@@ -188,6 +208,8 @@ class LocalCluster:
             "dashboard_url": f"http://127.0.0.1:{dash}",
             "gcs_address": f"127.0.0.1:{gcs}",
             "temp_dir": temp_dir,
+            "metrics_url": f"http://127.0.0.1:{metrics_port}/metrics" if metrics_port else None,
+            "component_metrics_ports": {k: int(v) for k, v in own_metrics.items()},
             "started_at": time.time(),
         }
         tmp = self.state_file.with_suffix(".tmp")

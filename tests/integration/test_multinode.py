@@ -32,9 +32,9 @@ def second_node(ray_cluster, cleverthis_home, tmp_path):
     st = local.state()
     hf_home = tmp_path / "node2-hf"
     hf_home.mkdir()
-    ray_bin = str(Path(sys.executable).with_name("ray"))
+    # the head listens on loopback only; Ray would send a joining node to the machine's address (see the script)
     cmd = [
-        ray_bin, "start", f"--address={st['gcs_address']}", "--block", "--disable-usage-stats",
+        sys.executable, str(Path(__file__).with_name("loopback_ray_node.py")), "start", f"--address={st['gcs_address']}", "--block", "--disable-usage-stats",
         "--node-ip-address=127.0.0.1", "--num-cpus=1", "--num-gpus=0", f"--resources={json.dumps({'node2': 1})}",
         "--object-store-memory=100000000", f"--node-manager-port={free_port()}",
         f"--object-manager-port={free_port()}", f"--metrics-export-port={free_port()}",

@@ -1,0 +1,156 @@
+"""What the managed `local` cluster exposes: every listening socket of its processes, read with psutil while a job
+with an actor and a placement group runs. Nothing here sends traffic to the machine's external address."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+from ray.job_submission import JobStatus as RayStatus
+from ray.job_submission import JobSubmissionClient
+
+from jupyter_cleverthis.service.clusters import LocalCluster
+
+pytestmark = pytest.mark.integration
+
+# A job whose driver is a Ray worker, with an actor of its own and a placement group: the worker gRPC ports the
+# issue found on every interface.
+HOLD = """
+import ray, time
+ray.init()
+pg = ray.util.placement_group([{"CPU": 0.01}])
+ray.get(pg.ready())
+
+@ray.remote(num_cpus=0.01)
+class A:
+    def ping(self):
+        return "pong"
+
+a = A.remote()
+assert ray.get(a.ping.remote()) == "pong"
+print("READY", flush=True)
+time.sleep(300)
+"""
+
+
+def _is_loopback(ip: str) -> bool:
+    addr = ipaddress.ip_address(ip.split("%")[0])
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped:
+        addr = addr.ipv4_mapped
+    return addr.is_loopback
+
+
+def listeners(pid: int) -> list[tuple[str, str, int]]:
+    """(process, ip, port) of every listening TCP socket in the process tree of `ray start` (pid)."""
+    out = []
+    root = psutil.Process(pid)
+    for p in [root, *root.children(recursive=True)]:
+        try:
+            name = p.name()
+            out += [(name, s.laddr.ip, s.laddr.port) for s in p.net_connections(kind="inet")
+                    if s.status == psutil.CONN_LISTEN]
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue  # a worker that ended while we looked
+    return out
+
+
+def _hold_job(cfg) -> tuple[JobSubmissionClient, str]:
+    client = JobSubmissionClient(cfg.address, headers=cfg.sdk_headers())
+    sid = f"listeners-{uuid.uuid4().hex[:8]}"
+    client.submit_job(entrypoint=f"{sys.executable} -c '{HOLD}'", submission_id=sid)
+    end = time.time() + 120
+    while time.time() < end:
+        if "READY" in client.get_job_logs(sid):
+            return client, sid
+        assert client.get_job_status(sid) in (RayStatus.PENDING, RayStatus.RUNNING), client.get_job_logs(sid)
+        time.sleep(0.5)
+    raise AssertionError("the holding job did not get its actor: " + client.get_job_logs(sid)[-2000:])
+
+
+def _tokenless_gcs_refused(gcs_address: str) -> str:
+    """A GCS client with no token (no token env, a HOME without ~/.ray), over 127.0.0.1: what it is told."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["HOME"] = "/nonexistent"
+    code = ("from ray._raylet import GcsClient\n"
+            "try:\n"
+            f"    c = GcsClient(address={gcs_address!r})\n"
+            "    c.internal_kv_get(b'x', None, timeout=10)\n"
+            "    print('ALLOWED')\n"
+            "except Exception as e:\n"
+            "    print('REFUSED', type(e).__name__, e)\n")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                       cwd="/tmp")
+    return r.stdout + r.stderr[-1000:]
+
+
+def test_every_listener_of_the_managed_cluster_is_on_loopback(ray_cluster, cleverthis_home):
+    local = LocalCluster("local", cleverthis_home)
+    st = local.state()
+    client, sid = _hold_job(ray_cluster)
+    try:
+        socks = listeners(int(st["pid"]))
+    finally:
+        client.stop_job(sid)
+    ports = {port for _, _, port in socks}
+    # the ones we placed are among them: GCS, dashboard, and the autoscaler's and dashboard's own metrics
+    assert int(st["gcs_address"].rsplit(":", 1)[1]) in ports
+    assert int(st["dashboard_url"].rsplit(":", 1)[1]) in ports
+    assert set(st["component_metrics_ports"].values()) <= ports
+    # the job's driver, its actor and the placement group's workers are in the tree too
+    assert len(socks) >= 12, socks
+    exposed = [s for s in socks if not _is_loopback(s[1])]
+    assert not exposed, f"listening beyond loopback: {exposed}"
+
+    # Loopback is shared by every user of a machine (a JupyterHub host): the token still guards the two doors
+    # a client uses. The dashboard refuses a request without it, and the GCS refuses a tokenless client.
+    r = requests.get(f"{ray_cluster.address}/api/jobs/", timeout=10)
+    assert r.status_code in (401, 403), r.status_code
+    said = _tokenless_gcs_refused(st["gcs_address"])
+    assert "REFUSED AuthenticationError" in said and "InvalidAuthToken" in said, said
+
+
+def _serves_node_metrics(ports: set[int]) -> list[int]:
+    """The loopback ports that answer /metrics with the node series of Ray's metrics export (ray_node_*)."""
+    found = []
+    for port in sorted(ports):
+        try:
+            r = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=2)
+        except requests.RequestException:
+            continue
+        if r.status_code == 200 and "ray_node_cpu_utilization" in r.text:
+            found.append(port)
+    return found
+
+
+def test_metrics_export_only_when_asked(ray_cluster, cleverthis_home, tmp_path):
+    """Off (the session's head): no port serves Ray's node metrics. On (`metrics=True`): one does, on loopback."""
+    off = LocalCluster("local", cleverthis_home).state()
+    assert off["metrics_url"] is None
+    assert not _serves_node_metrics({p for _, _, p in listeners(int(off["pid"]))})
+
+    on = LocalCluster("metrics", tmp_path / "home")
+    on.up(num_cpus=1, metrics=True)
+    try:
+        st = on.state()
+        url = st["metrics_url"]
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        end = time.time() + 90
+        while time.time() < end and not _serves_node_metrics({port}):
+            time.sleep(2)
+        assert _serves_node_metrics({port}) == [port]
+        socks = listeners(int(st["pid"]))
+        assert [(ip, p) for _, ip, p in socks if p == port and _is_loopback(ip)], socks
+        assert not [s for s in socks if not _is_loopback(s[1])], socks
+        # and the state file says where it is, for the README's "what listens where"
+        assert json.loads(Path(on.state_file).read_text())["metrics_url"] == url
+    finally:
+        on.down()
