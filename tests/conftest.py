@@ -81,6 +81,23 @@ def tiny_model(cleverthis_home: Path) -> str:
         return build_tiny_model(str(out), [str(EXAMPLE_DATA)])
 
 
+@pytest.fixture(scope="session")
+def tiny_arch(cleverthis_home: Path):
+    """tiny_arch("falcon") -> a tiny model of that family (cleverthis_runtime.tiny.ARCHITECTURES), built once per
+    run from its transformers config with a tokenizer trained on the sample data."""
+    from filelock import FileLock
+
+    from cleverthis_runtime.tiny import build_tiny_model
+
+    def build(arch: str) -> str:
+        out = cleverthis_home / "models" / f"tiny-{arch}"
+        lock = "tiny-model.lock" if arch == "llama" else f"tiny-{arch}.lock"  # llama: the tiny_model fixture's
+        with FileLock(str(cleverthis_home / lock)):
+            return build_tiny_model(str(out), [str(EXAMPLE_DATA)], arch=arch)
+
+    return build
+
+
 @pytest.fixture
 def dataset(tmp_path: Path) -> Path:
     """A private copy of the sample data (its checkpoints/ folder is the test's own)."""

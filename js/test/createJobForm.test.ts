@@ -45,6 +45,31 @@ describe('CreateJobForm pre-flight', () => {
   });
 });
 
+describe('CreateJobForm preview', () => {
+  it('highlights the tokens that count toward the loss, and shows the warnings', async () => {
+    const planJob = vi.fn(async () => ({
+      errors: [],
+      warnings: ['1 example(s) have no trained token left after truncation to max_seq_length 8 and are skipped: example 3'],
+      preview: [
+        [
+          { text: '<|user|>\nhi</s>\n<|assistant|>\n', trained: false, tokens: 6 },
+          { text: 'hello</s>', trained: true, tokens: 2 }
+        ]
+      ]
+    }));
+    const t = transport(() => Promise.reject(new Error('unused')), planJob);
+    const form = new CreateJobForm({ schema: SCHEMA_BUNDLE, cluster: 'local', transport: t });
+    fill(form);
+    (form.node.querySelector('.jp-CleverThis-CreateJobForm-planButton') as HTMLButtonElement).click();
+    await vi.waitFor(() => expect(form.node.querySelector('.jp-CleverThis-preview')).not.toBeNull());
+    const marks = [...form.node.querySelectorAll('.jp-CleverThis-preview mark.jp-CleverThis-trained')];
+    expect(marks.map(m => m.textContent)).toEqual(['hello</s>']);
+    expect(form.node.querySelector('.jp-CleverThis-untrained')?.textContent).toContain('<|assistant|>');
+    expect(form.node.textContent).toContain('Example 1: 2 of 8 tokens trained');
+    expect(form.node.textContent).toContain('are skipped: example 3');
+  });
+});
+
 describe('CreateJobForm', () => {
   it('has Training / Fine-tuning tabs that set job_type', () => {
     const form = new CreateJobForm({ schema: SCHEMA_BUNDLE, cluster: 'local' });

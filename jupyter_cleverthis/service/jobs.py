@@ -286,7 +286,8 @@ class JobService:
                 original_base = ev.get("original_base_model")
             elif t == "plan":
                 detail.plan = {k: ev.get(k) for k in ("method", "precision", "strategy", "gradient_checkpointing",
-                                                      "memory_estimate_gb", "reasons", "parameters")}
+                                                      "memory_estimate_gb", "reasons", "parameters",
+                                                      "lora_target_modules")}
             elif t == "step":
                 detail.metrics = Metrics(**{k: ev.get(k) for k in Metrics.model_fields})
             elif t == "checkpoint" and ev.get("name", "").startswith("epoch-") and ev.get("name") != "epoch-final":

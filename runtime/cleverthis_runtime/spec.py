@@ -76,8 +76,15 @@ class TrainingConfig(_Strict):
     lora_r: int = Field(16, ge=4, le=64, description="Rank of the LoRA matrices (4-64)")
     lora_alpha: float | None = Field(None, gt=0, description="LoRA scaling factor (default 2 x lora_r)")
     lora_dropout: float = Field(0.05, ge=0.0, le=0.1, description="Dropout on LoRA layers (0.0-0.1)")
-    target_modules: list[str] = Field(
-        default_factory=lambda: ["q_proj", "v_proj"], min_length=1, description="Modules LoRA adapts"
+    target_modules: list[str] | Literal["all-linear"] | None = Field(
+        None,
+        description='Modules LoRA adapts: a list of module names, or "all-linear"; unset = peft\'s default for '
+                    "the model's architecture, else every linear layer of its attention blocks",
+    )
+    chat_template: str | None = Field(
+        None, max_length=20000,
+        description="chatml, llama-3, mistral, gemma, phi-3, model (the model's own), default (the runtime's), "
+                    "or Jinja text; unset = the model's own, else the runtime's default",
     )
     quantization: Literal["4bit", "8bit"] | None = Field(None, description="4bit or 8bit frozen base (QLoRA only)")
     mixed_precision: Literal["no", "fp16", "bf16"] | None = Field(
@@ -126,6 +133,25 @@ class TrainingConfig(_Strict):
         description="Seconds a cancelled job may take to write its checkpoint before it is killed; "
                     "unset = computed from the model size (README, Cancel and resume)",
     )
+
+    @field_validator("chat_template")
+    @classmethod
+    def _template(cls, v: str | None) -> str | None:
+        from .templates import check  # templates -> data -> spec
+
+        return None if v is None else check(v)
+
+    @field_validator("target_modules")
+    @classmethod
+    def _targets(cls, v: list[str] | str | None) -> list[str] | str | None:
+        if isinstance(v, list):
+            if not v or any(not t.strip() for t in v):
+                raise ValueError('give module names (e.g. ["q_proj", "v_proj"]), "all-linear", or leave it unset')
+            if "all-linear" in v:
+                if len(v) > 1:
+                    raise ValueError('"all-linear" stands alone: it already means every linear layer')
+                return "all-linear"
+        return v
 
     @model_validator(mode="after")
     def _contradictions(self) -> TrainingConfig:

@@ -29,7 +29,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from . import checkpoints, events, methods, strategies
+from . import checkpoints, events, lora_targets, methods, strategies, templates
 from .control import PeerCheckpointError, WorkerControl, worker_entry
 from .data import load_dataset, tokenize_all
 from .plan import Device, PlanError, make_plan
@@ -110,6 +110,10 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
     tokenizer = AutoTokenizer.from_pretrained(tok_path or source)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    try:
+        template = templates.apply(tokenizer, tc.chat_template)  # saved with the tokenizer in each checkpoint
+    except templates.TemplateError as e:
+        raise PlanError(f"training_config.chat_template: {e}") from e
     train_rows, truncated = tokenize_all(tokenizer, ds.records, ds.format, tc.max_seq_length)
     val_rows, _ = tokenize_all(tokenizer, ds.validation, ds.format, tc.max_seq_length) if ds.validation else ([], 0)
     if not val_rows and tc.validation_split > 0:
@@ -130,10 +134,21 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
 
     model, base_how = _load_model(spec, tc, source, meta, orig_base, base_path, torch)
     if tc.packing:  # the block-diagonal mask from position_ids needs no cache
+        refusal = methods.packing_refusal(model)
+        if refusal:
+            raise PlanError(f"training_config: {refusal}")
         model.config.use_cache = False
     params = float(sum(p.numel() for p in model.parameters()))
     plan = make_plan(params=params, devices=_devices(torch), workers=world, config=tc)
-    emit("plan", **plan.as_dict(), parameters=params)
+    plan_event = plan.as_dict()
+    plan_event["chat_template"] = template[0]
+    plan_event["reasons"] = {**plan_event["reasons"], "chat_template": template[1]}
+    if source is None and plan.method in ("lora", "qlora"):
+        targets, why = lora_targets.choose(model, tc.target_modules)
+        shown = targets if isinstance(targets, str) else ", ".join(targets)
+        plan_event["lora_target_modules"] = targets
+        plan_event["reasons"] = {**plan_event["reasons"], "lora_target_modules": f"{shown}: {why}"}
+    emit("plan", **plan_event, parameters=params)
     if resume == "exact" and (plan.strategy.startswith("deepspeed") or (plan.strategy == "fsdp" and world > 1)):
         # The resume state holds rank 0's optimizer as DDP has it; sharded optimizers are not restored yet.
         resume = "weights"
@@ -144,7 +159,7 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
 
         model = get_peft_model(model, LoraConfig(
             r=tc.lora_r, lora_alpha=tc.effective_lora_alpha, lora_dropout=tc.lora_dropout,
-            target_modules=tc.target_modules, task_type="CAUSAL_LM",
+            target_modules=plan_event["lora_target_modules"], task_type="CAUSAL_LM",
         ))
     completed = int(meta.get("epoch", 0)) if meta else 0
     if source:

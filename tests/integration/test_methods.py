@@ -30,15 +30,25 @@ def test_packed_job_trains(ray_cluster, tiny_model, dataset, job_name):
     assert (root / "model.safetensors").exists() and (root / "adapter_model").is_dir()
 
 
-@pytest.mark.parametrize("bits", ["4bit", "8bit"])
-def test_qlora_job_trains_and_adapter_loads(ray_cluster, tiny_model, dataset, job_name, bits):
+# 4-bit on Falcon (one fused query_key_value) and Mixtral (MoE experts), 8-bit on Llama; target_modules
+# unset, so each family gets its own (the sample's training_config.json names Llama's modules).
+@pytest.mark.parametrize("bits,arch,targets", [
+    ("4bit", "falcon", ["query_key_value"]), ("4bit", "mixtral", ["q_proj", "v_proj"]),
+    ("8bit", "llama", ["q_proj", "v_proj"]),
+])
+def test_qlora_job_trains_and_adapter_loads(ray_cluster, tiny_arch, dataset, job_name, bits, arch, targets):
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
+    tiny_model = tiny_arch(arch)
+    cfg = json.loads((dataset / "training_config.json").read_text())
+    cfg.pop("target_modules")
+    (dataset / "training_config.json").write_text(json.dumps(cfg))
     final, evs = _run(tiny_model, dataset, job_name, {"method": "qlora", "quantization": bits})
     plan = [e for e in evs if e["type"] == "plan"][0]
     assert plan["method"] == "qlora" and bits in plan["reasons"]["method"]
+    assert plan["lora_target_modules"] == targets
     steps = [e["loss"] for e in evs if e["type"] == "step"]
     assert len(steps) >= 5 and steps[-1] < steps[0], steps
 

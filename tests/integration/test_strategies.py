@@ -47,7 +47,8 @@ def _loads_and_trained(tiny_model, ckpt):
     (1, {"zero_stage": 1, "offload_optimizer": True}),
     (3, {"zero_stage": 3, "offload_param": True}),
 ], ids=["zero1-offload-optimizer", "zero3-offload-param"])
-def test_deepspeed_job(ray_cluster, tiny_model, dataset, job_name, stage, ds):
+def test_deepspeed_job(ray_cluster, tiny_arch, dataset, job_name, stage, ds):
+    tiny_model = tiny_arch("falcon" if stage == 1 else "llama")  # a full fine-tune of Falcon, and of Llama
     final, evs = _run(tiny_model, dataset, job_name,
                       {"method": "full", "learning_rate": 1e-3, "deepspeed": ds})
     plan = [e for e in evs if e["type"] == "plan"][0]
@@ -60,7 +61,8 @@ def test_deepspeed_job(ray_cluster, tiny_model, dataset, job_name, stage, ds):
     _loads_and_trained(tiny_model, ckpt)
 
 
-def test_fsdp2_job(ray_cluster, tiny_model, dataset, job_name):
+def test_fsdp2_job(ray_cluster, tiny_arch, dataset, job_name):
+    tiny_model = tiny_arch("mixtral")  # a full fine-tune of a mixture of experts, sharded
     final, evs = _run(tiny_model, dataset, job_name, {"method": "full", "learning_rate": 1e-3, "strategy": "fsdp"})
     plan = [e for e in evs if e["type"] == "plan"][0]
     assert plan["strategy"] == "fsdp" and "FSDP" in plan["reasons"]["strategy"]

@@ -89,6 +89,20 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
         str(missing), timeout=PREFLIGHT_MS)
     expect(dialog).to_be_visible()
     shots("create-dialog-server-error")
+    # The pre-flight plan previews the first examples as the model sees them, the trained tokens highlighted.
+    fill_fields(dialog, {"dataset_path": dataset})
+    dialog.get_by_role("button", name="Pre-flight plan").click()
+    preview = dialog.locator(".jp-CleverThis-preview")
+    expect(preview.locator("li")).to_have_count(5, timeout=PREFLIGHT_MS)
+    first = preview.locator("li").first
+    expect(first.locator("mark.jp-CleverThis-trained").first).to_be_visible()
+    expect(first.locator(".jp-CleverThis-previewHead")).to_contain_text(re.compile(r"\d+ of \d+ tokens trained"))
+    prompt = "".join(first.locator(".jp-CleverThis-untrained").all_inner_texts())
+    answer = "".join(first.locator("mark.jp-CleverThis-trained").all_inner_texts())
+    assert "<|assistant|>" in prompt and "<|assistant|>" not in answer and answer.strip()  # the prompt has no loss
+    expect(dialog.locator('tr[data-key="chat_template"]')).to_contain_text("the model's own template")
+    first.scroll_into_view_if_needed()
+    shots("create-dialog-preview")
     dialog.locator(".jp-Dialog-footer").get_by_role("button", name="Cancel").click()
     expect(dialog).to_be_hidden()
 

@@ -110,3 +110,31 @@ def test_batched_tokenization_equals_the_per_message_path(tmp_path):
         assert truncated == sum(s["truncated"] for s in slow_all)
         total_truncated += truncated
     assert total_truncated > 0
+
+
+def test_pretokenized_arrow_honours_labels_and_attention_mask(tmp_path):
+    import datasets
+
+    from cleverthis_runtime.data import DatasetError, load_dataset, tokenize_all
+
+    rows = [
+        {"input_ids": [5, 6, 7, 8, 0, 0], "attention_mask": [1, 1, 1, 1, 0, 0], "labels": [-100, -100, 7, 8, -100, -100]},
+        {"input_ids": [9, 10, 11], "attention_mask": [1, 1, 1], "labels": [-100, 10, 11]},
+        {"input_ids": [12, 13], "attention_mask": [1, 1], "labels": [-100, -100]},  # nothing trained: skipped
+    ]
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "tok"))
+    ds = load_dataset(str(tmp_path / "tok"))
+    assert ds.format == "arrow"
+    dropped: list[int] = []
+    out, truncated = tokenize_all(None, ds.records, ds.format, 3, dropped)
+    assert out[0] == {"input_ids": [5, 6, 7], "labels": [-100, -100, 7]}  # padding dropped, -100 kept, truncated
+    assert out[1] == {"input_ids": [9, 10, 11], "labels": [-100, 10, 11]}
+    assert truncated == 1 and dropped == [2]
+    # no labels: every token trains
+    datasets.Dataset.from_list([{"input_ids": [1, 2, 3]}]).save_to_disk(str(tmp_path / "plain"))
+    plain = load_dataset(str(tmp_path / "plain"))
+    assert tokenize_all(None, plain.records, plain.format, 8)[0] == [{"input_ids": [1, 2, 3], "labels": [1, 2, 3]}]
+    datasets.Dataset.from_list([{"input_ids": [1, 2], "labels": [1]}]).save_to_disk(str(tmp_path / "bad"))
+    bad = load_dataset(str(tmp_path / "bad"))
+    with pytest.raises(DatasetError, match="row 0: .*2 input_ids but 1 labels"):
+        tokenize_all(None, bad.records, bad.format, 8)

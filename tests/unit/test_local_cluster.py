@@ -22,7 +22,7 @@ def _fake(monkeypatch, tmp_path, outcomes):  # noqa: ANN001
     cluster = LocalCluster("local", tmp_path)
     launches = []
 
-    def launch(num_cpus):  # noqa: ANN001
+    def launch(num_cpus, metrics=False):  # noqa: ANN001
         said, alive = outcomes[len(launches)]
         launches.append(num_cpus)
         cluster.dir.mkdir(parents=True, exist_ok=True)

@@ -260,6 +260,13 @@ export class CreateJobForm {
   private readonly _advancedInput: HTMLTextAreaElement;
 }
 
+/** One run of an example in the pre-flight preview: text, and whether its tokens count toward the loss. */
+interface IPreviewRun {
+  text: string;
+  trained: boolean;
+  tokens: number;
+}
+
 namespace Private {
   /** The pre-flight answer as a small table: format, examples, token lengths, memory, choices with reasons. */
   export function renderPlan(plan: Record<string, unknown>): HTMLElement {
@@ -286,11 +293,45 @@ namespace Private {
     for (const e of errors) {
       rows.push([`Problem (${e.field})`, e.message]);
     }
+    for (const w of (plan['warnings'] as string[] | undefined) ?? []) {
+      rows.push(['Warning', w]);
+    }
     const body = h('tbody');
     for (const [k, v] of rows) {
       body.appendChild(h('tr', { 'data-key': k }, h('th', { scope: 'row' }, k), h('td', null, v)));
     }
-    return h('table', { class: `${CSS_PREFIX}-kvTable` }, body);
+    const table = h('table', { class: `${CSS_PREFIX}-kvTable` }, body);
+    const preview = (plan['preview'] as IPreviewRun[][] | undefined) ?? [];
+    return preview.length ? h('div', null, table, renderPreview(preview)) : table;
+  }
+
+  /** The first examples as the model sees them, the tokens that count toward the loss highlighted. */
+  export function renderPreview(examples: IPreviewRun[][]): HTMLElement {
+    const items = examples.map((runs, i) => {
+      const trained = runs.filter(r => r.trained).reduce((n, r) => n + r.tokens, 0);
+      const total = runs.reduce((n, r) => n + r.tokens, 0);
+      const text = h(
+        'pre',
+        { class: `${CSS_PREFIX}-previewText` },
+        ...runs.map(r =>
+          r.trained
+            ? h('mark', { class: `${CSS_PREFIX}-trained`, title: 'trained: counts toward the loss' }, r.text)
+            : h('span', { class: `${CSS_PREFIX}-untrained` }, r.text)
+        )
+      );
+      return h(
+        'li',
+        { 'data-example': String(i + 1) },
+        h('div', { class: `${CSS_PREFIX}-previewHead` }, `Example ${i + 1}: ${trained} of ${total} tokens trained`),
+        text
+      );
+    });
+    return h(
+      'section',
+      { class: `${CSS_PREFIX}-preview`, 'aria-label': 'What is trained' },
+      h('h4', null, 'What is trained (highlighted tokens count toward the loss)'),
+      h('ol', null, ...items)
+    );
   }
 
   /** The `job_type` default of the schema when it names one of the tabs. */

@@ -277,9 +277,11 @@ export class JobDetailView {
     const reasons = (plan.reasons ?? {}) as Record<string, string>;
     Private.fillTable(
       this._plan,
-      ['method', 'precision', 'strategy', 'gradient_checkpointing'].map(
-        key => [key, reasons[key] ?? (plan[key] === undefined ? null : String(plan[key]))] as [string, string | null]
-      )
+      ['method', 'precision', 'strategy', 'gradient_checkpointing', 'lora_target_modules']
+        .filter(key => key !== 'lora_target_modules' || reasons[key] !== undefined)
+        .map(
+          key => [key, reasons[key] ?? (plan[key] === undefined ? null : String(plan[key]))] as [string, string | null]
+        )
     );
 
     const spec = (job.spec ?? {}) as Record<string, unknown>;
