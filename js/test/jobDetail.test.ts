@@ -94,6 +94,24 @@ describe('JobDetailView', () => {
     expect(view.node.querySelectorAll('.jp-CleverThis-copy').length).toBeGreaterThanOrEqual(3);
   });
 
+  it('says where the run was tracked, and the LoRA targets of the plan', () => {
+    const view = new JobDetailView({ lossCurve: { loadPlotly: async () => fakePlotly() } });
+    view.setJob(
+      makeDetail({
+        tracking: {
+          tensorboard: { log_dir: '/d/checkpoints/runs/tiny-ft' },
+          mlflow: { run_id: 'abc', url: 'http://127.0.0.1:5000/#/experiments/1/runs/abc' },
+          wandb: { run_id: 'w1', dir: '/w/offline-run/files', url: null, mode: 'offline' }
+        },
+        plan: { method: 'lora', reasons: { method: 'lora: asked', lora_target_modules: "c_attn: peft's default for gpt2" } }
+      })
+    );
+    expect(cell(view, 'TensorBoard')).toBe('/d/checkpoints/runs/tiny-ft');
+    expect(cell(view, 'MLflow')).toBe('http://127.0.0.1:5000/#/experiments/1/runs/abc');
+    expect(cell(view, 'W&B')).toBe('offline run in /w/offline-run/files');
+    expect(cell(view, 'lora_target_modules')).toBe("c_attn: peft's default for gpt2");
+  });
+
   it('has a Back link calling onBack', () => {
     const onBack = vi.fn();
     const view = new JobDetailView({ onBack });

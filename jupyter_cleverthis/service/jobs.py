@@ -288,6 +288,8 @@ class JobService:
                 detail.plan = {k: ev.get(k) for k in ("method", "precision", "strategy", "gradient_checkpointing",
                                                       "memory_estimate_gb", "reasons", "parameters",
                                                       "lora_target_modules")}
+            elif t == "tracking":
+                detail.tracking = {k: ev[k] for k in ("tensorboard", "mlflow", "wandb") if k in ev}
             elif t == "step":
                 detail.metrics = Metrics(**{k: ev.get(k) for k in Metrics.model_fields})
             elif t == "checkpoint" and ev.get("name", "").startswith("epoch-") and ev.get("name") != "epoch-final":
@@ -611,7 +613,11 @@ def _spec_json(spec: JobSpec) -> str:
 PASSTHROUGH_ENV = ("HF_HOME", "HF_HUB_OFFLINE", "TORCH_EXTENSIONS_DIR",
                    "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
                    "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE",
-                   "GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST")
+                   "GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST",
+                   # experiment tracking (README, "Tracking"): where to, never the keys (WANDB_API_KEY,
+                   # MLFLOW_TRACKING_PASSWORD/TOKEN stay on the nodes); a URI's user:password is dropped
+                   "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_MODE",
+                   "WANDB_DIR", "WANDB_BASE_URL")
 
 
 def _not_running(cfg: ClusterConfig) -> str:
@@ -621,7 +627,23 @@ def _not_running(cfg: ClusterConfig) -> str:
 
 
 def _passthrough_env() -> dict[str, str]:
-    return {k: os.environ[k] for k in PASSTHROUGH_ENV if os.environ.get(k)}
+    out = {k: os.environ[k] for k in PASSTHROUGH_ENV if os.environ.get(k)}
+    for k in ("MLFLOW_TRACKING_URI", "WANDB_BASE_URL"):
+        if k in out:
+            out[k] = _without_userinfo(out[k])
+    return out
+
+
+def _without_userinfo(uri: str) -> str:
+    """`https://user:secret@host/x` -> `https://host/x`: a password in a URI stays out of Ray's job records."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(uri)
+    if parts.username is None and parts.password is None:
+        return uri
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    return urlunsplit(parts._replace(netloc=netloc + (f":{parts.port}" if parts.port else "")))
 
 
 def downsample(x: list[float], y: list[float], n: int) -> list[int]:

@@ -63,5 +63,7 @@ class JobDetail(JobSummary):
     serving: dict[str, Any] | None = None
     log_url: str | None = None
     plan: dict[str, Any] | None = None
+    # where the run's records went: {"tensorboard": {"log_dir"}, "mlflow": {"run_id", "url", ...}, "wandb": {...}}
+    tracking: dict[str, Any] | None = None
     # The latest `utilisation` event of each worker (rank, cpu_percent, rss_bytes; GPU figures on CUDA).
     utilisation: list[dict[str, Any]] = []

@@ -520,6 +520,44 @@ def tokenize_all(tokenizer: Any, records: list[dict[str, Any]], fmt: str, max_le
     return out, truncated
 
 
+def tokenized(tokenizer: Any, ds: Dataset, max_len: int, *, rank: int = 0,
+              cache_root: str | None = None) -> tuple[list[dict], list[dict], int]:
+    """(train rows, validation rows, truncated count), tokenized once per node: the first worker of a node to get
+    the lock tokenizes and writes the rows under the node's HF cache (`$HF_HOME/cleverthis-tokenized/<key>.json`,
+    atomically); the other workers, and later jobs with the same data, template, tokenizer and max_seq_length,
+    read them. Each worker says on its log which it did."""
+    import hashlib
+
+    from filelock import FileLock
+
+    h = hashlib.sha256()
+    for part in (ds.format, str(max_len), str(getattr(tokenizer, "chat_template", "") or ""),
+                 json.dumps(tokenizer.special_tokens_map, sort_keys=True)):
+        h.update(part.encode() + b"\0")
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    h.update(backend.to_str().encode() if backend is not None else repr(tokenizer.get_vocab()).encode())
+    h.update(json.dumps([ds.records, ds.validation], sort_keys=True, default=str).encode())
+    key = h.hexdigest()[:32]
+    root = cache_root or os.path.join(os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")),
+                                      "cleverthis-tokenized")
+    os.makedirs(root, exist_ok=True)
+    path = os.path.join(root, f"{key}.json")
+    with FileLock(path + ".lock"):
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                cached = json.load(f)
+            print(f"worker {rank}: read {len(cached['train'])} tokenized examples from this node's cache", flush=True)
+            return cached["train"], cached["validation"], cached["truncated"]
+        train, truncated = tokenize_all(tokenizer, ds.records, ds.format, max_len)
+        val = tokenize_all(tokenizer, ds.validation, ds.format, max_len)[0] if ds.validation else []
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"train": train, "validation": val, "truncated": truncated}, f)
+        os.replace(tmp, path)
+        print(f"worker {rank}: tokenized {len(train)} examples (cached for this node)", flush=True)
+        return train, val, truncated
+
+
 def preview(tokenizer: Any, rows: list[dict[str, list[int]]], limit: int = 5) -> list[list[dict[str, Any]]]:
     """The first examples as the model sees them: runs of text, each marked trained (counts toward the loss)."""
     out = []

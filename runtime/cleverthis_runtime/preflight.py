@@ -60,6 +60,14 @@ def preflight(spec: JobSpec, *, quick: bool = False) -> dict[str, Any]:
             err(f"training_config.{field}", problem)
             tc = None  # no plan for a config that cannot run
 
+    if tc is not None and spec.framework == "torch":  # the trackers the Trainer will load, on this node
+        import importlib.util
+
+        missing = [t for t in tc.report_to if t != "none" and importlib.util.find_spec(t) is None]
+        if missing:
+            err("training_config.report_to", f"report_to {', '.join(missing)} needs the {', '.join(missing)} "
+                                             "package on the cluster's nodes (pip install "
+                                             f"{' '.join('mlflow-skinny' if m == 'mlflow' else m for m in missing)})")
     if spec.framework == "tensorflow":  # a tf-keras model folder; no LoRA/DeepSpeed (tf_train.py)
         from .tf_train import TFModelError, check_base_model, unsupported_config
 

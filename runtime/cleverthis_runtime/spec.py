@@ -128,11 +128,23 @@ class TrainingConfig(_Strict):
         description="Pipeline parallelism: split the layers into this many stages on different GPUs (1 = off; "
                     "needs GPUs; tensor_parallel_size x pipeline_parallel_size must divide workers)",
     )
+    report_to: list[Literal["tensorboard", "mlflow", "wandb", "none"]] = Field(
+        default_factory=lambda: ["tensorboard"],
+        description="Where the Trainer reports (rank 0): tensorboard (runs/ in the checkpoint folder), mlflow "
+                    "(MLFLOW_TRACKING_URI), wandb (WANDB_PROJECT, WANDB_MODE), or none",
+    )
     cancel_grace_s: int | None = Field(
         None, ge=5, le=86400,
         description="Seconds a cancelled job may take to write its checkpoint before it is killed; "
                     "unset = computed from the model size (README, Cancel and resume)",
     )
+
+    @field_validator("report_to")
+    @classmethod
+    def _report_to(cls, v: list[str]) -> list[str]:
+        if "none" in v and len(v) > 1:
+            raise ValueError('"none" stands alone: it turns every tracker off')
+        return list(dict.fromkeys(v)) or ["none"]
 
     @field_validator("chat_template")
     @classmethod

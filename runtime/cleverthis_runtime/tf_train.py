@@ -81,6 +81,9 @@ def unsupported_config(tc: TrainingConfig) -> list[tuple[str, str]]:
         out.append(("training_config.quantization", f"{REJECTED}: quantization is for QLoRA"))
     if tc.deepspeed is not None:
         out.append(("training_config.deepspeed", f"{REJECTED}: remove 'deepspeed'"))
+    if set(tc.report_to) - {"tensorboard", "none"}:
+        out.append(("training_config.report_to", "tensorflow jobs report to the job's own events only: "
+                                                 "remove mlflow and wandb from report_to"))
     return out
 
 

@@ -31,7 +31,7 @@ from transformers import TrainerCallback
 
 from . import checkpoints, events, lora_targets, methods, strategies, templates
 from .control import PeerCheckpointError, WorkerControl, worker_entry
-from .data import load_dataset, tokenize_all
+from .data import load_dataset, tokenized
 from .plan import Device, PlanError, make_plan
 from .spec import JobSpec, TrainingConfig, parallelism_error
 
@@ -114,8 +114,7 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
         template = templates.apply(tokenizer, tc.chat_template)  # saved with the tokenizer in each checkpoint
     except templates.TemplateError as e:
         raise PlanError(f"training_config.chat_template: {e}") from e
-    train_rows, truncated = tokenize_all(tokenizer, ds.records, ds.format, tc.max_seq_length)
-    val_rows, _ = tokenize_all(tokenizer, ds.validation, ds.format, tc.max_seq_length) if ds.validation else ([], 0)
+    train_rows, val_rows, truncated = tokenized(tokenizer, ds, tc.max_seq_length, rank=rank)
     if not val_rows and tc.validation_split > 0:
         n_val = max(1, int(len(train_rows) * tc.validation_split))
         val_rows, train_rows = train_rows[:n_val], train_rows[n_val:]
@@ -177,6 +176,8 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
     total_epochs = planned if resume == "exact" else max(1, planned - completed)
     workdir = tempfile.mkdtemp(prefix=f"cleverthis-{job}-")
     ds_config = strategies.setup_deepspeed(tc)  # before TrainingArguments (ZeRO-3 needs it)
+    if "tensorboard" in tc.report_to:  # the record outlives the cluster: beside the checkpoints
+        os.environ["TENSORBOARD_LOGGING_DIR"] = os.path.join(ckpt_root, "runs", job)
     args = TrainingArguments(
         output_dir=workdir,
         per_device_train_batch_size=spec.batch_size,
@@ -194,7 +195,8 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
         logging_steps=tc.logging_steps,
         save_strategy="no",
         eval_strategy="epoch" if val_rows else "no",
-        report_to="none",
+        report_to="none" if tc.report_to == ["none"] else list(tc.report_to),
+        run_name=job,
         seed=tc.seed,
         dataloader_num_workers=0,
         remove_unused_columns=False,
@@ -481,6 +483,37 @@ class Utilisation:
         return self.nvml.nvmlDeviceGetHandleByIndex(dev)
 
 
+def _perplexity(loss: float) -> float | None:
+    import math
+
+    return round(math.exp(loss), 4) if loss < 50 else None  # beyond that it says nothing but "diverged"
+
+
+def tracking_locations(report_to: list[str] | str) -> dict[str, Any]:
+    """Where this run's records went, read from the trackers the Trainer set up (rank 0, at train begin)."""
+    out: dict[str, Any] = {}
+    targets = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    if "tensorboard" in targets:
+        out["tensorboard"] = {"log_dir": os.environ.get("TENSORBOARD_LOGGING_DIR")}
+    if "mlflow" in targets:
+        import mlflow
+
+        run = mlflow.active_run()
+        uri = mlflow.get_tracking_uri()
+        if run is not None:
+            url = f"{uri.rstrip('/')}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}" \
+                if uri.startswith(("http://", "https://")) else None
+            out["mlflow"] = {"run_id": run.info.run_id, "experiment_id": run.info.experiment_id,
+                             "tracking_uri": uri, "url": url}
+    if "wandb" in targets:
+        import wandb
+
+        if wandb.run is not None:
+            out["wandb"] = {"run_id": wandb.run.id, "dir": wandb.run.dir, "url": wandb.run.url,
+                            "mode": os.environ.get("WANDB_MODE", "online")}
+    return out
+
+
 class _EventsAndCheckpoints(TrainerCallback):
     """A TrainerCallback emitting step/epoch events, writing epoch checkpoints and the cancel checkpoint."""
 
@@ -515,10 +548,21 @@ class _EventsAndCheckpoints(TrainerCallback):
         if self.rank == 0:
             self.control.set_phase("training")
             self.emit("strategy", **strategies.describe(self.trainer))
+            self.emit("tracking", **tracking_locations(args.report_to))
         self.emit("phase", phase="running", total_steps=self.step_offset + state.max_steps,
                   epochs=self.epoch_offset + args.num_train_epochs, start_epoch=self.last_epoch,
                   start_step=self.step_offset + state.global_step)
         self.utilisation.last = time.monotonic()  # the first sample ~10 s in (CPU % over that span)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        # The Trainer's W&B integration leaves its run open (it would end at interpreter exit, which a Ray worker
+        # may not reach cleanly): finish it, so the run folder holds its summary. MLflow's ends its own run.
+        targets = [args.report_to] if isinstance(args.report_to, str) else list(args.report_to or [])
+        if self.rank == 0 and "wandb" in targets:
+            import wandb
+
+            if wandb.run is not None:
+                wandb.finish()
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any) -> None:
         logs = logs or {}
@@ -569,7 +613,8 @@ class _EventsAndCheckpoints(TrainerCallback):
             return
         if metrics and "eval_loss" in metrics:
             self.eval_loss = float(metrics["eval_loss"])
-            self.emit("validation", epoch=self.epoch_offset + round(state.epoch or 0), eval_loss=self.eval_loss)
+            self.emit("validation", epoch=self.epoch_offset + round(state.epoch or 0), eval_loss=self.eval_loss,
+                      perplexity=_perplexity(self.eval_loss), step=self.step_offset + state.global_step)
             self._maybe_save(state, control)
 
     def on_epoch_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:

@@ -81,7 +81,7 @@ def test_lora_on_every_family(ray_cluster, tiny_arch, dataset, tmp_path, job_nam
                            workers=1, training_config={"method": "lora", "learning_rate": 2e-3,
                                                        "chat_template": TEMPLATE[arch]}), owner="tester")
         jobs[arch] = (name, data)
-    for arch, (name, data) in jobs.items():
+    for arch, (name, _data) in jobs.items():
         final = svc.wait("local", name, poll=1.0, timeout=1200)
         evs = svc.events("local", name)
         assert final.status == JobStatus.SUCCEEDED, (arch, final.error, [e for e in evs if e["type"] == "error"])

@@ -132,7 +132,7 @@ def test_disk_full_fails_classified_and_keeps_earlier_checkpoints(ray_cluster, t
     assert time.time() - t < 60  # failed at once: a full disk is not retried max_failures times
     assert not [e for e in svc.events("local", job_name) if e["type"] == "recovery"]
     visible = sorted(p.name for p in out.iterdir())
-    assert visible == [".cleverthis-owner.json", "epoch-1", "latest"], visible
+    assert visible == [".cleverthis-owner.json", "epoch-1", "latest", "runs"], visible  # runs/: TensorBoard
     from transformers import AutoModelForCausalLM
 
     AutoModelForCausalLM.from_pretrained(str(out / "epoch-1"))  # intact and loadable

@@ -16,6 +16,7 @@ from cleverthis_runtime.data import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples" / "data"
 
 
 def write(p: Path, lines: list[str]) -> Path:
@@ -138,3 +139,31 @@ def test_pretokenized_arrow_honours_labels_and_attention_mask(tmp_path):
     bad = load_dataset(str(tmp_path / "bad"))
     with pytest.raises(DatasetError, match="row 0: .*2 input_ids but 1 labels"):
         tokenize_all(None, bad.records, bad.format, 8)
+
+
+def test_tokenized_once_per_node_and_reused(tmp_path, monkeypatch, capsys):
+    """The first worker tokenizes and caches; a second worker (and a later job) with the same data, template,
+    tokenizer and max_seq_length reads the cache; a change to any of them tokenizes again."""
+    from transformers import AutoTokenizer
+
+    import cleverthis_runtime.data as data
+    from cleverthis_runtime.tiny import build_tiny_model
+
+    tok = AutoTokenizer.from_pretrained(build_tiny_model(str(tmp_path / "m"), [str(EXAMPLES)]))
+    ds = data.load_dataset(str(EXAMPLES))
+    calls = []
+    real = data.tokenize_all
+    monkeypatch.setattr(data, "tokenize_all", lambda *a, **k: calls.append(1) or real(*a, **k))
+    cache = str(tmp_path / "cache")
+    first = data.tokenized(tok, ds, 128, rank=0, cache_root=cache)
+    assert len(calls) == 1
+    again = data.tokenized(tok, ds, 128, rank=1, cache_root=cache)
+    assert again == first and len(calls) == 1  # read, not tokenized
+    out = capsys.readouterr().out
+    assert "worker 0: tokenized" in out and "worker 1: read" in out
+    data.tokenized(tok, ds, 64, rank=0, cache_root=cache)  # another max_seq_length
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
+    data.tokenized(tok, ds, 128, rank=0, cache_root=cache)  # another template
+    ds.records[0] = dict(ds.records[0], output="changed")
+    data.tokenized(tok, ds, 128, rank=0, cache_root=cache)  # other data
+    assert len(calls) == 4

@@ -93,7 +93,7 @@ def test_one_epoch_then_resume_equals_two_epochs(straight, tiny, tmp_path):
     out = tmp_path / "checkpoints"
     r = _job("resumed", out, 1, str(straight / "epoch-1"))
     assert r["resume"] == "exact" and r["global_step"] == 2 * STEPS_PER_EPOCH
-    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["epoch-2", "epoch-final", "latest"]
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["epoch-2", "epoch-final", "latest", "runs"]
     assert _max_diff(straight / "epoch-2" / ADAPTER, out / "epoch-2" / ADAPTER) <= 1e-4
     assert _max_diff(straight / "epoch-2" / "model.safetensors", out / "epoch-2" / "model.safetensors") <= 1e-4
     assert checkpoints.read_meta(str(out / "epoch-2"))["base_model"] == tiny  # the original, not the checkpoint
@@ -129,7 +129,7 @@ def test_restarted_workers_continue_from_the_jobs_newest_checkpoint(straight, ti
     log = capsys.readouterr().out
     assert '"type":"recovery"' in log and '"checkpoint_name":"epoch-2-step-25"' in log
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [
-        "epoch-1", "epoch-2", "epoch-2-step-25", "epoch-final", "latest"]
+        "epoch-1", "epoch-2", "epoch-2-step-25", "epoch-final", "latest", "runs"]
     assert _max_diff(straight / "epoch-2" / ADAPTER, out / "epoch-2" / ADAPTER) <= 1e-4
 
 
@@ -167,7 +167,7 @@ def test_checkpoint_write_fault_fails_readably_and_keeps_earlier_checkpoints(tin
     msg = str(e.value)
     assert "cannot write checkpoint epoch-2" in msg and "earlier checkpoints are intact (latest: epoch-1)" in msg
     assert classify(f"CheckpointError: {msg}")[0] == kind and is_fatal(e.value)
-    assert sorted(p.name for p in out.iterdir()) == [".cleverthis-owner.json", "epoch-1", "latest"]
+    assert sorted(p.name for p in out.iterdir()) == [".cleverthis-owner.json", "epoch-1", "latest", "runs"]
     assert checkpoints.read_meta(str(out / "epoch-1"))["epoch"] == 1
 
 

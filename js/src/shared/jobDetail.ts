@@ -106,6 +106,7 @@ export class JobDetailView {
     );
     this._plan = h('table', { class: `${CSS_PREFIX}-kvTable ${VIEW_CLASS}-plan` });
     this._serving = h('table', { class: `${CSS_PREFIX}-kvTable ${VIEW_CLASS}-serving` });
+    this._tracking = h('table', { class: `${CSS_PREFIX}-kvTable ${VIEW_CLASS}-tracking` });
     this._summary = h('table', { class: `${CSS_PREFIX}-kvTable ${VIEW_CLASS}-summary` });
     this._progress = h('table', { class: `${CSS_PREFIX}-kvTable ${VIEW_CLASS}-progress` });
     this._checkpoints = h('div', { class: `${VIEW_CLASS}-checkpoints` });
@@ -131,6 +132,7 @@ export class JobDetailView {
     this.node.append(
       Private.section('Checkpoints', this._checkpoints),
       Private.section('Serving', this._serving),
+      Private.section('Tracking', this._tracking),
       Private.section('Plan', this._plan),
       Private.section('Configuration', this._config)
     );
@@ -175,7 +177,7 @@ export class JobDetailView {
       for (const el of [this._queued, this._advice, this._traceback]) {
         el.style.display = 'none';
       }
-      for (const table of [this._summary, this._progress, this._config, this._plan, this._serving]) {
+      for (const table of [this._summary, this._progress, this._config, this._plan, this._serving, this._tracking]) {
         table.replaceChildren();
       }
       this._checkpoints.replaceChildren();
@@ -273,6 +275,12 @@ export class JobDetailView {
       ['LoRA adapter path', serving.lora_adapter_path],
       ['Base model', serving.base_model]
     ]);
+    const tracking = job.tracking ?? {};
+    Private.fillTable(this._tracking, [
+      ['TensorBoard', tracking.tensorboard?.log_dir],
+      ['MLflow', tracking.mlflow ? (tracking.mlflow.url ?? `run ${tracking.mlflow.run_id}`) : null],
+      ['W&B', tracking.wandb ? (tracking.wandb.url ?? `${tracking.wandb.mode ?? ''} run in ${tracking.wandb.dir}`) : null]
+    ]);
     const plan = job.plan ?? {};
     const reasons = (plan.reasons ?? {}) as Record<string, string>;
     Private.fillTable(
@@ -362,6 +370,7 @@ export class JobDetailView {
   private readonly _tracebackText: HTMLPreElement;
   private readonly _plan: HTMLTableElement;
   private readonly _serving: HTMLTableElement;
+  private readonly _tracking: HTMLTableElement;
   private readonly _onCancel?: (job: IJobDetail) => void | Promise<unknown>;
   private readonly _now: () => number;
   private readonly _title: HTMLSpanElement;

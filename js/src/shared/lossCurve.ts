@@ -111,8 +111,9 @@ export class LossCurve {
 
   /** Resize the plot to its container (call after the container changes size). */
   resize(): void {
-    if (this._plotly && this._drawn) {
-      this._plotly.Plots?.resize(this._plot);
+    // plotly rejects a resize of a plot that is not displayed (the sidebar's list view hides the detail).
+    if (this._plotly && this._drawn && this._plot.isConnected && this._plot.getClientRects().length > 0) {
+      void Promise.resolve(this._plotly.Plots?.resize(this._plot)).catch(() => undefined);
     }
   }
 

@@ -110,6 +110,12 @@ export interface IJobDetail extends IJobSummary {
   plan?: { reasons?: Record<string, string>; [key: string]: unknown } | null;
   /** What the Model Serving page asks for. */
   serving?: { model_path?: string; lora_adapter_path?: string; base_model?: string } | null;
+  /** Where the run's records went (report_to): TensorBoard folder, MLflow run, W&B run. */
+  tracking?: {
+    tensorboard?: { log_dir?: string | null };
+    mlflow?: { run_id?: string; experiment_id?: string; tracking_uri?: string; url?: string | null };
+    wandb?: { run_id?: string; dir?: string; url?: string | null; mode?: string };
+  } | null;
   log_url?: string;
 }
 
