@@ -131,26 +131,28 @@ def _serves_node_metrics(ports: set[int]) -> list[int]:
     return found
 
 
-def test_metrics_export_only_when_asked(ray_cluster, cleverthis_home, tmp_path):
-    """Off (the session's head): no port serves Ray's node metrics. On (`metrics=True`): one does, on loopback."""
-    off = LocalCluster("local", cleverthis_home).state()
-    assert off["metrics_url"] is None
-    assert not _serves_node_metrics({p for _, _, p in listeners(int(off["pid"]))})
+def test_metrics_export_only_when_asked(ray_cluster, cleverthis_home, tmp_path, monkeypatch):
+    """On (the session's head, started with `metrics=True`): its exporter serves Ray's node metrics, on loopback.
+    Off (the default, a head of its own): no port serves them."""
+    on = LocalCluster("local", cleverthis_home).state()
+    url = on["metrics_url"]
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    end = time.time() + 90
+    while time.time() < end and not _serves_node_metrics({port}):
+        time.sleep(2)
+    assert _serves_node_metrics({port}) == [port]
+    assert [(ip, p) for _, ip, p in listeners(int(on["pid"])) if p == port and _is_loopback(ip)]
 
-    on = LocalCluster("metrics", tmp_path / "home")
-    on.up(num_cpus=1, metrics=True)
+    monkeypatch.delenv("CLEVERTHIS_LOCAL_METRICS", raising=False)
+    off = LocalCluster("nometrics", tmp_path / "home")
+    off.up(num_cpus=1)  # metrics unset: off unless CLEVERTHIS_LOCAL_METRICS=1
     try:
-        st = on.state()
-        url = st["metrics_url"]
-        port = int(url.rsplit(":", 1)[1].split("/")[0])
-        end = time.time() + 90
-        while time.time() < end and not _serves_node_metrics({port}):
-            time.sleep(2)
-        assert _serves_node_metrics({port}) == [port]
+        st = off.state()
+        assert st["metrics_url"] is None
+        time.sleep(10)  # past the first report a running exporter would have served
         socks = listeners(int(st["pid"]))
-        assert [(ip, p) for _, ip, p in socks if p == port and _is_loopback(ip)], socks
+        assert not _serves_node_metrics({p for _, _, p in socks})
         assert not [s for s in socks if not _is_loopback(s[1])], socks
-        # and the state file says where it is, for the README's "what listens where"
-        assert json.loads(Path(on.state_file).read_text())["metrics_url"] == url
+        assert json.loads(Path(off.state_file).read_text())["metrics_url"] is None
     finally:
-        on.down()
+        off.down()
