@@ -81,6 +81,9 @@ def unsupported_config(tc: TrainingConfig) -> list[tuple[str, str]]:
         out.append(("training_config.quantization", f"{REJECTED}: quantization is for QLoRA"))
     if tc.deepspeed is not None:
         out.append(("training_config.deepspeed", f"{REJECTED}: remove 'deepspeed'"))
+    if tc.chat_template not in (None, "default"):
+        out.append(("training_config.chat_template", "tensorflow jobs use the runtime's default chat template: "
+                                                     "remove chat_template (or set it to default)"))
     if set(tc.report_to) - {"tensorboard", "none"}:
         out.append(("training_config.report_to", "tensorflow jobs report to the job's own events only: "
                                                  "remove mlflow and wandb from report_to"))

@@ -99,3 +99,13 @@ def test_tf_rejects_lora_and_deepspeed_from_the_merged_config():
     fields = [f for f, _ in unsupported_config(TrainingConfig(method="qlora", quantization="4bit"))]
     assert fields == ["training_config.method", "training_config.quantization"]
     assert "does not support LoRA or DeepSpeed" in unsupported_config(TrainingConfig(deepspeed={}))[0][1]
+
+
+def test_tf_refuses_what_it_does_not_honour_from_tracking_and_templates():
+    from cleverthis_runtime.spec import TrainingConfig
+    from cleverthis_runtime.tf_train import unsupported_config
+
+    assert unsupported_config(TrainingConfig(method="full", chat_template="default", report_to=["none"])) == []
+    fields = [f for f, _ in unsupported_config(TrainingConfig(method="full", chat_template="chatml",
+                                                              report_to=["tensorboard", "mlflow"]))]
+    assert fields == ["training_config.chat_template", "training_config.report_to"]
