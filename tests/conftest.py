@@ -71,19 +71,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 @pytest.fixture(scope="session")
-def tiny_model(cleverthis_home: Path) -> str:
-    from filelock import FileLock
-
-    from cleverthis_runtime.tiny import build_tiny_model
-
-    out = cleverthis_home / "models" / "tiny-llama"
-    with FileLock(str(cleverthis_home / "tiny-model.lock")):
-        if (out / "model.safetensors").exists():  # another xdist worker of this run built it
-            return str(out)
-        return build_tiny_model(str(out), [str(EXAMPLE_DATA)])
-
-
-@pytest.fixture(scope="session")
 def tiny_arch(cleverthis_home: Path):
     """tiny_arch("falcon") -> a tiny model of that family (cleverthis_runtime.tiny.ARCHITECTURES), built once per
     run from its transformers config with a tokenizer trained on the sample data."""
@@ -93,11 +80,16 @@ def tiny_arch(cleverthis_home: Path):
 
     def build(arch: str) -> str:
         out = cleverthis_home / "models" / f"tiny-{arch}"
-        lock = "tiny-model.lock" if arch == "llama" else f"tiny-{arch}.lock"  # llama: the tiny_model fixture's
-        with FileLock(str(cleverthis_home / lock)):
+        with FileLock(str(cleverthis_home / f"tiny-{arch}.lock")):
             return build_tiny_model(str(out), [str(EXAMPLE_DATA)], arch=arch)
 
     return build
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_arch) -> str:
+    """The tiny Llama most tests train (built once per run, shared by the xdist workers)."""
+    return tiny_arch("llama")
 
 
 @pytest.fixture

@@ -438,13 +438,14 @@ def _compiled(template: Any) -> Any:
 
 
 _PROBE_U, _PROBE_A = "\x00user-probe\x00", "\x00assistant-probe\x00"
+_MARKERS: dict[tuple[Any, str], tuple[str, str] | None] = {}  # (template, special tokens) -> _turn_markers
 
 
 def _turn_markers(tokenizer: Any) -> tuple[str, str] | None:
     """(what comes between a user message's text and the assistant's reply, what closes the reply), read from
     one rendered probe conversation; None when the template does not show them plainly."""
-    key = (getattr(tokenizer, "chat_template", None), tuple(sorted(tokenizer.special_tokens_map.items())))
-    cache = _turn_markers.__dict__.setdefault("cache", {})
+    key = (getattr(tokenizer, "chat_template", None), repr(sorted(tokenizer.special_tokens_map.items())))
+    cache = _MARKERS
     if key not in cache:
         try:
             probe = [{"role": "user", "content": _PROBE_U}, {"role": "assistant", "content": _PROBE_A}]

@@ -1,6 +1,6 @@
 """Every family the product page lists, as tiny models built from their transformers configs: which modules LoRA
-adapts, what pre-flight refuses (a wrong `target_modules`, packing a model cannot isolate), and packed loss ==
-unpacked loss for each family. Training each family on the real cluster: tests/integration/test_architectures.py."""
+adapts and what pre-flight refuses (a wrong `target_modules`, packing a model cannot isolate); packed loss ==
+unpacked loss for each family: test_packing.py. Training each family on the real cluster: tests/integration/test_architectures.py."""
 
 from __future__ import annotations
 
@@ -129,37 +129,3 @@ def test_packing_is_refused_where_position_ids_cannot_isolate(tmp_path, data):
     errs = {e["field"]: e["message"] for e in out["errors"]}
     assert "position_ids" in errs.get("training_config.packing", ""), out
     assert packing_refusal(meta_model(str(bloom)))
-
-
-@pytest.mark.parametrize("arch", ARCHITECTURES)
-def test_packed_loss_equals_unpacked_loss_for_each_family(models, arch):
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorForSeq2Seq
-
-    from cleverthis_runtime.data import PackedCollator, load_dataset, pack_rows, tokenize_all
-    from cleverthis_runtime.methods import packing_refusal
-
-    tok = AutoTokenizer.from_pretrained(models[arch])
-    model = AutoModelForCausalLM.from_pretrained(models[arch], dtype=torch.float32).eval()
-    assert packing_refusal(model) is None  # allowed for this family ...
-    ds = load_dataset(str(DATA))
-    rows, _ = tokenize_all(tok, ds.records[:16], ds.format, 128)
-    for r in rows:  # the packed form masks each example's first label; do the same for the reference
-        r["labels"] = [-100, *r["labels"][1:]]
-
-    def summed_loss(batch):
-        out = model(**batch, use_cache=False)
-        n = (batch["labels"][:, 1:] != -100).sum()
-        return out.loss * n, n
-
-    with torch.no_grad():
-        pad = DataCollatorForSeq2Seq(tok, padding=True, label_pad_token_id=-100)
-        ref_sum, ref_n = 0.0, 0
-        for r in rows:
-            s, n = summed_loss(pad([dict(r)]))
-            ref_sum, ref_n = ref_sum + s, ref_n + n
-        packed = pack_rows(rows, 256)
-        assert len(packed) < len(rows)
-        got_sum, got_n = summed_loss(PackedCollator(tok.pad_token_id)(packed))
-    assert int(got_n) == int(ref_n)
-    assert abs(float(got_sum / got_n) - float(ref_sum / ref_n)) < 1e-4  # ... because it isolates the examples

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from cleverthis_runtime.tiny import ARCHITECTURES
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -13,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def tiny(tmp_path_factory):
     from cleverthis_runtime.tiny import build_tiny_model
 
-    return build_tiny_model(str(tmp_path_factory.mktemp("m") / "tiny"), [str(ROOT / "examples/data")])
+    root = tmp_path_factory.mktemp("m")
+    return lambda arch: build_tiny_model(str(root / arch), [str(ROOT / "examples/data")], arch=arch)
 
 
 def test_best_fit_packing_fills_rows_and_restarts_positions():
@@ -27,14 +30,18 @@ def test_best_fit_packing_fills_rows_and_restarts_positions():
         assert all(p["labels"][s] == -100 for s in starts)  # nothing predicted across a boundary
 
 
-def test_packed_loss_equals_unpacked_loss(tiny):
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_packed_loss_equals_unpacked_loss(tiny, arch):
+    """For every family the product page lists (each a tiny model built from its transformers config)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorForSeq2Seq
 
     from cleverthis_runtime.data import PackedCollator, load_dataset, pack_rows, tokenize_all
+    from cleverthis_runtime.methods import packing_refusal
 
-    tok = AutoTokenizer.from_pretrained(tiny)
-    model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(tiny(arch))
+    model = AutoModelForCausalLM.from_pretrained(tiny(arch), dtype=torch.float32).eval()
+    assert packing_refusal(model) is None  # allowed for this family ...
     ds = load_dataset(str(ROOT / "examples/data"))
     rows, _ = tokenize_all(tok, ds.records[:24], ds.format, 128)
     for r in rows:  # the packed form masks each example's first label; do the same for the reference
@@ -57,4 +64,4 @@ def test_packed_loss_equals_unpacked_loss(tiny):
         assert "attention_mask" not in batch
         got_sum, got_n = summed_loss(batch)
     assert int(got_n) == int(ref_n)
-    assert abs(float(got_sum / got_n) - float(ref_sum / ref_n)) < 1e-4
+    assert abs(float(got_sum / got_n) - float(ref_sum / ref_n)) < 1e-4  # ... because it isolates the examples
