@@ -77,6 +77,12 @@ class ClusterConfig:
         return {"name": self.name, "address": self.address, "managed": self.managed}
 
 
+def loopback_interface() -> str | None:
+    """The name of this machine's loopback interface (`lo` on Linux, `lo0` on macOS), if it has one."""
+    names = {name for _, name in socket.if_nameindex()}
+    return next((n for n in ("lo", "lo0") if n in names), None)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -198,6 +204,11 @@ class LocalCluster:
             RAY_enable_metrics_collection="1" if metrics else "0",
             **own_metrics,
         )
+        # torch's gloo connects its workers on the address the host name resolves to (often the machine's own
+        # address): on the loopback interface instead, unless the user chose one
+        lo = loopback_interface()
+        if lo and "GLOO_SOCKET_IFNAME" not in env:
+            env["GLOO_SOCKET_IFNAME"] = lo
         env.pop("RAY_ADDRESS", None)
         env.pop("RAY_AUTH_TOKEN", None)
         with open(self.log_file, "ab") as logf:

@@ -69,11 +69,13 @@ def run(spec: JobSpec, job: str) -> None:
         return run_driver(spec, job, prepare(spec, job))
     from ray.train.torch import TorchTrainer
 
+    from . import compat
     from .control import drive
     from .train import train_loop
 
     loop_config = prepare(spec, job)
-    drive(TorchTrainer, train_loop, spec, job, loop_config, TrainingConfig.model_validate(loop_config["training_config"]))
+    drive(TorchTrainer, train_loop, spec, job, loop_config, TrainingConfig.model_validate(loop_config["training_config"]),
+          trainer_kwargs={"torch_config": compat.torch_config()})
 
 
 def main() -> int:

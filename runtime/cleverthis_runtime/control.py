@@ -207,7 +207,7 @@ def report_error(e: BaseException, rank: int, control: WorkerControl, fatal_type
 
 
 def drive(trainer_cls: Any, train_loop: Any, spec: Any, job: str, loop_config: dict[str, Any],
-          tc: Any, **fields: Any) -> None:
+          tc: Any, trainer_kwargs: dict[str, Any] | None = None, **fields: Any) -> None:
     """The driver's part for either framework: the job's control actor, the SIGTERM watch, the Ray Train
     trainer (`TorchTrainer` / `TensorflowTrainer`) with the spec's workers, then `fit`."""
     import uuid
@@ -237,6 +237,7 @@ def drive(trainer_cls: Any, train_loop: Any, spec: Any, job: str, loop_config: d
             storage_path=os.environ.get("CLEVERTHIS_RAY_STORAGE", os.path.expanduser("~/ray_results")),
             failure_config=FailureConfig(max_failures=tc.max_failures),
         ),
+        **(trainer_kwargs or {}),
     )
     events.emit("phase", phase="starting_workers", workers=spec.workers, **fields)
     try:

@@ -113,6 +113,15 @@ def preflight_facts(spec: JobSpec, tc: TrainingConfig, ds: Any, out: dict[str, A
     out["parameters"] = params
     out["plan"] = _plan(params)
     out["warnings"].extend(_unsupported(tc))
+    if spec.workers > 1:
+        out["warnings"].append(EXPOSED)
+
+
+# TensorFlow's gRPC server binds every interface (no setting chooses one); torch jobs listen on their node's
+# address only (compat.py). README, "Security".
+EXPOSED = ("TensorFlow's workers listen for each other on every network interface of their machines while the "
+           "job runs (TensorFlow cannot be told one address): on a shared or exposed machine, use one worker or "
+           "a firewall")
 
 
 def _plan(params: float | None) -> dict[str, Any]:

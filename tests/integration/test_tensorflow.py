@@ -166,6 +166,8 @@ def test_lora_and_deepspeed_are_rejected(ray_cluster, tf_model, dataset, job_nam
                                       training_config=FULL))
     assert pf["errors"] == [] and pf["plan"]["strategy"] == "multi_worker_mirrored", pf
     assert pf["token_lengths"]["max"] > 0 and pf["parameters"] > 0
+    # two workers: the gRPC servers of MultiWorkerMirroredStrategy listen on every interface, and the user is told
+    assert any("every network interface" in w for w in pf["warnings"]), pf["warnings"]
     # A Hugging Face model is not a TF base model.
     with pytest.raises(InvalidSpec, match="model.keras"):
         svc.create(JobSpec(name=job_name, base_model="meta-llama/Llama-2-7b-hf", dataset_path=str(dataset),
