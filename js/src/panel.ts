@@ -138,7 +138,8 @@ export class TrainingPanel extends Widget {
     this.detail = new JobDetailView({
       onBack: () => this.showList(),
       onCancel: job => this._cancel(job),
-      onResume: (job, checkpoint) => this._resume(job, checkpoint)
+      onResume: (job, checkpoint) => this._resume(job, checkpoint),
+      onOpenTensorBoard: this.transport.openTensorBoard ? job => this._openTensorBoard(job) : undefined
     });
     this._body = h('div', { class: `${CSS_PREFIX}-body` }, this.table.node, this.detail.node);
     this.node.append(header, this._body);
@@ -398,6 +399,24 @@ export class TrainingPanel extends Widget {
       this.showJob(created.name);
     } catch (err) {
       this._showError(`Cannot resume ${job.name}: ${errorMessage(err)}`);
+    }
+  }
+
+  /** A new tab at once (still the user's click, so no popup blocker), sent to the TensorBoard once it runs. */
+  private async _openTensorBoard(job: IJobDetail): Promise<void> {
+    const tab = window.open('', '_blank');
+    try {
+      const tb = await this.transport.openTensorBoard!(job.cluster || this._cluster || '', job.name);
+      if (tab) {
+        tab.opener = null;
+        tab.location.href = tb.url;
+      } else {
+        window.open(tb.url, '_blank', 'noopener');
+      }
+      this._showError(null);
+    } catch (err) {
+      tab?.close();
+      this._showError(`Cannot open TensorBoard for ${job.name}: ${errorMessage(err)}`);
     }
   }
 

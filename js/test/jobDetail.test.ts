@@ -148,6 +148,28 @@ describe('LossCurve (in the detail view)', () => {
     expect(view.lossCurve!.points).toHaveLength(3);
   });
 
+  it('draws the validation losses at the step they were measured (epoch ends and eval_steps)', async () => {
+    const plotly = fakePlotly();
+    const view = new JobDetailView({ lossCurve: { loadPlotly: async () => plotly } });
+    await view.setEvents([
+      { seq: 0, type: 'step', step: 1, loss: 3 },
+      { seq: 1, type: 'step', step: 2, loss: 2.5 },
+      { seq: 2, type: 'validation', step: 2, epoch: 0.5, eval_loss: 2.7 }
+    ]);
+    let data = plotly.react.mock.calls[plotly.react.mock.calls.length - 1][1];
+    expect(data[1].name).toBe('validation loss');
+    expect(data[1].x).toEqual([2]);
+    expect(data[1].y).toEqual([2.7]);
+    await view.addEvents([
+      { seq: 3, type: 'step', step: 4, loss: 2.0 },
+      { seq: 4, type: 'validation', step: 4, epoch: 1, eval_loss: 2.4 }
+    ]);
+    data = plotly.react.mock.calls[plotly.react.mock.calls.length - 1][1];
+    expect(data[1].x).toEqual([2, 4]);
+    expect(data[1].y).toEqual([2.7, 2.4]);
+    expect(view.lossCurve!.validation).toHaveLength(2);
+  });
+
   it('shows a placeholder and does not load plotly without data', async () => {
     const load = vi.fn();
     const view = new JobDetailView({ lossCurve: { loadPlotly: load } });

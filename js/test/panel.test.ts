@@ -120,6 +120,47 @@ describe('TrainingPanel', () => {
     panel.dispose();
   });
 
+  it('opens the job\'s TensorBoard in a new tab, and says why when it cannot', async () => {
+    const transport = fakeTransport();
+    const tracking = { tensorboard: { log_dir: '/ckpt/runs/job-0001', viewer: true } };
+    transport.getJob.mockResolvedValue(makeDetail({ status: 'running', tracking }));
+    transport.openTensorBoard = vi.fn().mockResolvedValue({ url: '/user/a/cleverthis/tensorboard/abc/', log_dir: '/ckpt/runs', run: 'job-0001' });
+    const tab = { opener: {}, location: { href: '' }, close: vi.fn() };
+    const open = vi.spyOn(window, 'open').mockReturnValue(tab as unknown as Window);
+    const panel = new TrainingPanel({ transport, defaultCluster: 'local' });
+    Widget.attach(panel, document.body);
+    await panel.refresh();
+    (panel.node.querySelector('.jp-CleverThis-JobTable-row') as HTMLElement).click();
+    await panel.refresh();
+    const button = panel.node.querySelector('.jp-CleverThis-JobDetail-tensorboard') as HTMLButtonElement;
+    expect(button.style.display).toBe('');
+    button.click();
+    await vi.waitFor(() => expect(tab.location.href).toBe('/user/a/cleverthis/tensorboard/abc/'));
+    expect(transport.openTensorBoard).toHaveBeenCalledWith('local', 'tiny-ft');
+    expect(tab.opener).toBeNull();
+    (transport.openTensorBoard as Mock).mockRejectedValue(new Error('TensorBoard is not installed on this Jupyter server'));
+    button.click();
+    await vi.waitFor(() => expect(tab.close).toHaveBeenCalled());
+    const bar = panel.node.querySelector('.jp-CleverThis-errorBar') as HTMLElement;
+    expect(bar.textContent).toContain('Cannot open TensorBoard for tiny-ft: TensorBoard is not installed');
+    open.mockRestore();
+    panel.dispose();
+  });
+
+  it('offers no TensorBoard where the server cannot show the folder', async () => {
+    const transport = fakeTransport();
+    transport.getJob.mockResolvedValue(makeDetail({ tracking: { tensorboard: { log_dir: 's3://b/runs/j', viewer: false } } }));
+    transport.openTensorBoard = vi.fn();
+    const panel = new TrainingPanel({ transport, defaultCluster: 'local' });
+    Widget.attach(panel, document.body);
+    await panel.refresh();
+    (panel.node.querySelector('.jp-CleverThis-JobTable-row') as HTMLElement).click();
+    await panel.refresh();
+    const button = panel.node.querySelector('.jp-CleverThis-JobDetail-tensorboard') as HTMLButtonElement;
+    expect(button.style.display).toBe('none');
+    panel.dispose();
+  });
+
   it('applies the refresh interval setting', () => {
     const panel = new TrainingPanel({ transport: fakeTransport(), refreshInterval: 3 });
     expect(panel.refreshInterval).toBe(3);

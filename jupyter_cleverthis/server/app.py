@@ -10,6 +10,7 @@ from traitlets import Dict, Float, List, Type, Unicode
 from ..service.clusters import ClusterRegistry, home
 from ..service.jobs import JobService
 from ..service.store import EventStore
+from ..service.tensorboard import TensorBoards
 from . import handlers
 
 
@@ -38,9 +39,14 @@ class CleverThisApp(ExtensionApp):
         store = EventStore(self.event_store or home() / "events.sqlite")
         self.settings["cleverthis_service"] = self.service_class(registry, store, admin_users=set(self.admin_users))
         self.settings["cleverthis_refresh_interval"] = self.refresh_interval
+        self.settings["cleverthis_tensorboards"] = self.tensorboards = TensorBoards(self.serverapp.base_url)
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(handlers.routes())
+
+    async def stop_extension(self) -> None:
+        """The server is stopping: so do the TensorBoards it started."""
+        self.tensorboards.stop_all()
 
 
 def main(**kwargs: Any) -> None:  # pragma: no cover - `python -m` convenience

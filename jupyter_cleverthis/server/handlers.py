@@ -14,7 +14,9 @@ Routes (all under <base_url>cleverthis/api, all authenticated; see docs/rest-api
   WS   /clusters/{cluster}/jobs/{name}/logs/tail live log lines
   GET  /clusters/{cluster}/jobs/{name}/events    structured events, ?since=<index>
   GET  /clusters/{cluster}/jobs/{name}/metrics   loss curves, downsampled (?max_points=)
+  GET  /clusters/{cluster}/jobs/{name}/tensorboard  {url} of the TensorBoard of the job's checkpoint folder
 Dashboard proxy: <base_url>cleverthis/proxy/{cluster}/{path} (configured clusters only).
+TensorBoard proxy: <base_url>cleverthis/tensorboard/{key}/{path} (GET and POST, both reads).
 """
 
 from __future__ import annotations
@@ -255,6 +257,7 @@ def _is_anonymous(user: Any) -> bool:
 
 def routes() -> list[tuple[str, type[Any]]]:
     from .proxy import DashboardProxyHandler, LogTailHandler
+    from .tensorboard import TensorBoardHandler, TensorBoardProxyHandler
 
     base = "/cleverthis/api"
     job = rf"{base}/clusters/({NAME})/jobs/({NAME})"
@@ -271,5 +274,7 @@ def routes() -> list[tuple[str, type[Any]]]:
         (rf"{job}/logs/tail", LogTailHandler),
         (rf"{job}/events", EventsHandler),
         (rf"{job}/metrics", MetricsHandler),
+        (rf"{job}/tensorboard", TensorBoardHandler),
         (r"/cleverthis/proxy/([^/]+)/(.*)", DashboardProxyHandler),
+        (r"/cleverthis/tensorboard/([^/]+)(/.*)", TensorBoardProxyHandler),
     ]

@@ -34,7 +34,7 @@ from ..errors import (
     JobNotFound,
 )
 from ..spec import JobSpec, JobStatus, error_list, format_errors
-from . import tfenv
+from . import tensorboard, tfenv
 from .clusters import ClusterConfig, ClusterRegistry, cluster_resources, home, ping, ray_version
 from .models import Checkpoint, JobDetail, JobSummary, Metrics
 from .store import EventStore
@@ -289,7 +289,12 @@ class JobService:
                                                       "memory_estimate_gb", "reasons", "parameters",
                                                       "lora_target_modules")}
             elif t == "tracking":
-                detail.tracking = {k: ev[k] for k in ("tensorboard", "mlflow", "wandb") if k in ev}
+                detail.tracking = {k: dict(ev[k]) for k in ("tensorboard", "mlflow", "wandb") if k in ev}
+                if "tensorboard" in detail.tracking:  # "Open in TensorBoard": this machine can show it
+                    tb = detail.tracking["tensorboard"]
+                    tb["viewer"] = tensorboard.viewable(tb.get("log_dir"))
+            elif t == "early_stop":
+                detail.stopped_early, detail.stop_reason = True, ev.get("reason")
             elif t == "step":
                 detail.metrics = Metrics(**{k: ev.get(k) for k in Metrics.model_fields})
             elif t == "checkpoint" and ev.get("name", "").startswith("epoch-") and ev.get("name") != "epoch-final":
@@ -309,6 +314,8 @@ class JobService:
             detail.advice = advice_for(detail.error_kind)
         if detail.error:
             detail.message = detail.error
+        elif detail.stopped_early and detail.status == JobStatus.SUCCEEDED:
+            detail.message = detail.stop_reason
         if detail.status == JobStatus.QUEUED:
             detail.queued_reason = self._why_queued(cluster, spec or {})
         cfg = self.cluster(cluster)
@@ -352,7 +359,7 @@ class JobService:
             "loss": [y[i] for i in idx],
             "epochs": [{"epoch": e.get("epoch"), "step": e.get("step"), "train_loss": e.get("train_loss")}
                        for e in evs if e["type"] == "epoch"],
-            "validation": [{"epoch": e.get("epoch"), "eval_loss": e.get("eval_loss")}
+            "validation": [{k: e.get(k) for k in ("epoch", "step", "eval_loss", "perplexity")}
                            for e in evs if e["type"] == "validation"],
             "latest": {k: steps[-1].get(k) for k in ("step", "total_steps", "epoch", "loss", "learning_rate",
                                                      "tokens_per_s", "eta_s")} if steps else None,

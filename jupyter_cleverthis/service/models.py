@@ -65,5 +65,8 @@ class JobDetail(JobSummary):
     plan: dict[str, Any] | None = None
     # where the run's records went: {"tensorboard": {"log_dir"}, "mlflow": {"run_id", "url", ...}, "wandb": {...}}
     tracking: dict[str, Any] | None = None
+    # early_stopping_patience ran out: the job succeeded, stopped early (`stop_reason` says why, with the best)
+    stopped_early: bool = False
+    stop_reason: str | None = None
     # The latest `utilisation` event of each worker (rank, cpu_percent, rss_bytes; GPU figures on CUDA).
     utilisation: list[dict[str, Any]] = []

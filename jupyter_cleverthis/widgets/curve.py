@@ -1,4 +1,5 @@
-"""LossCurve: training loss per step and validation loss per epoch for one or several jobs, live (plotly)."""
+"""LossCurve: training loss per step and validation loss at its step (epoch ends, eval_steps) for one or several
+jobs, live (plotly)."""
 
 from __future__ import annotations
 
@@ -74,7 +75,8 @@ class LossCurve(w.VBox):
                 train, val = self.figure.data[2 * k], self.figure.data[2 * k + 1]
                 train.x, train.y = m["step"], m["loss"]
                 steps_by_epoch = {e["epoch"]: e["step"] for e in m["epochs"]}
-                val.x = [steps_by_epoch.get(v["epoch"], v["epoch"]) for v in m["validation"]]
+                val.x = [v.get("step") if v.get("step") is not None else steps_by_epoch.get(v["epoch"], v["epoch"])
+                         for v in m["validation"]]
                 val.y = [v["eval_loss"] for v in m["validation"]]
         self._last_update = time.time()
         self.status.value = "<br>".join(lines)

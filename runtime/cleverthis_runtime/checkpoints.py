@@ -275,14 +275,26 @@ def link_epoch(root: str, name: str, path: str, *, completed: int, planned_epoch
                best: tuple[float, str] | None, emit: Any) -> tuple[float, str] | None:
     """After an epoch's checkpoint: point `best` at it when its validation loss is the lowest so far and
     `epoch-final` after the job's last epoch (each announced by a `checkpoint` event); returns the best."""
+    best = link_best(root, name, path, eval_loss=eval_loss, best=best, emit=emit)
+    if completed == planned_epochs:
+        link_final(root, name, path, epoch=completed, emit=emit)
+    return best
+
+
+def link_best(root: str, name: str, path: str, *, eval_loss: float | None, best: tuple[float, str] | None,
+              emit: Any) -> tuple[float, str] | None:
+    """Point `best` at this checkpoint when its validation loss is the lowest so far; returns the best."""
     if eval_loss is not None and (best is None or eval_loss < best[0]):
         best = (eval_loss, path)
         point(root, "best", name)
         emit("checkpoint", name="best", path=os.path.join(root, "best"), target=path, eval_loss=eval_loss)
-    if completed == planned_epochs:
-        point(root, "epoch-final", name)
-        emit("checkpoint", name="epoch-final", path=os.path.join(root, "epoch-final"), target=path, epoch=completed)
     return best
+
+
+def link_final(root: str, name: str, path: str, *, epoch: int, emit: Any) -> None:
+    """Point `epoch-final` at the job's last checkpoint (after its last epoch, or where it stopped early)."""
+    point(root, "epoch-final", name)
+    emit("checkpoint", name="epoch-final", path=os.path.join(root, "epoch-final"), target=path, epoch=epoch)
 
 
 def existing_best(root: str) -> tuple[float, str] | None:

@@ -53,6 +53,11 @@ def preflight(spec: JobSpec, *, quick: bool = False) -> dict[str, Any]:
             err("dataset_path", str(e))
     if tc is not None:
         out["training_config"] = tc.model_dump(mode="json")
+        if ds is not None and not ds.validation and tc.validation_split == 0:
+            for field in ("eval_steps", "early_stopping_patience"):
+                if getattr(tc, field) is not None:
+                    err(f"training_config.{field}", f"{field} needs validation data: set validation_split "
+                                                    "(for example 0.1) or add a validation file to the dataset")
         problem = parallelism_error(tc, framework=spec.framework, workers=spec.workers,
                                     gpus_per_worker=spec.gpus_per_worker)
         if problem:

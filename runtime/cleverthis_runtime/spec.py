@@ -107,6 +107,19 @@ class TrainingConfig(_Strict):
     max_seq_length: int = Field(512, ge=8, le=131072, description="Longer examples are truncated")
     packing: bool = Field(False, description="Pack several examples into one row")
     validation_split: float = Field(0.0, ge=0, lt=1, description="Fraction of examples held out for validation")
+    eval_steps: int | None = Field(
+        None, ge=1,
+        description="Validate every N optimizer steps as well as at each epoch's end (needs validation data); "
+                    "unset = at epoch ends only",
+    )
+    early_stopping_patience: int | None = Field(
+        None, ge=1,
+        description="Stop after this many validations in a row without improvement (needs validation data); "
+                    "the job ends succeeded, stopped early, with its checkpoint written; unset = never",
+    )
+    early_stopping_threshold: float = Field(
+        0.0, ge=0, description="How much lower the validation loss must be than the best so far to count as improvement"
+    )
     gradient_accumulation_steps: int = Field(1, ge=1, description="Micro-batches per optimizer step")
     seed: int = Field(42, ge=0, description="Random seed")
     logging_steps: int = Field(1, ge=1, description="Emit a step event every N optimizer steps")

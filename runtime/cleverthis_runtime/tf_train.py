@@ -84,6 +84,11 @@ def unsupported_config(tc: TrainingConfig) -> list[tuple[str, str]]:
     if tc.chat_template not in (None, "default"):
         out.append(("training_config.chat_template", "tensorflow jobs use the runtime's default chat template: "
                                                      "remove chat_template (or set it to default)"))
+    if tc.eval_steps is not None:
+        out.append(("training_config.eval_steps", "tensorflow jobs validate at epoch ends only: remove eval_steps"))
+    if tc.early_stopping_patience is not None:
+        out.append(("training_config.early_stopping_patience", "tensorflow jobs run every epoch (no early "
+                                                               "stopping): remove early_stopping_patience"))
     if set(tc.report_to) - {"tensorboard", "none"}:
         out.append(("training_config.report_to", "tensorflow jobs report to the job's own events only: "
                                                  "remove mlflow and wandb from report_to"))

@@ -220,6 +220,8 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
               "total_batch": total_batch, "world_size": world, "examples": len(train_rows), "seed": tc.seed,
               "planned_epochs": planned},
         control=control, torch=torch,
+        eval_steps=tc.eval_steps if val_rows else None,
+        patience=Patience(tc.early_stopping_patience if val_rows else None, tc.early_stopping_threshold),
     )
     trainer = _trainer_class()(
         model=model,
@@ -246,7 +248,7 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
         control.set_phase("done")
     emit("phase", phase="cancel_checkpoint_written" if callback.stopped else "training_done")
     return {"stopped": callback.stopped, "last_checkpoint": callback.last_path, "resume": resume,
-            "global_step": trainer.state.global_step}
+            "global_step": trainer.state.global_step, "stopped_early": callback.stopped_early}
 
 
 def _trainer_class() -> Any:
@@ -514,12 +516,46 @@ def tracking_locations(report_to: list[str] | str) -> dict[str, Any]:
     return out
 
 
+class Patience:
+    """Early stopping's count (`early_stopping_patience`, `early_stopping_threshold`): validations in a row whose
+    loss is not below the best so far by more than the threshold. transformers' EarlyStoppingCallback needs the
+    Trainer to save and reload the best model itself (`load_best_model_at_end`), which our checkpoints do."""
+
+    def __init__(self, patience: int | None, threshold: float = 0.0) -> None:
+        self.patience, self.threshold = patience, threshold
+        self.best: float | None = None  # what a validation must beat (by more than the threshold)
+        self.best_step: int | None = None
+        self.lowest: float | None = None  # the lowest validation loss seen (what `best` points at)
+        self.lowest_step: int | None = None
+        self.bad = 0
+
+    def update(self, loss: float, step: int) -> bool:
+        """Count one validation; True when the job should stop."""
+        if self.lowest is None or loss < self.lowest:
+            self.lowest, self.lowest_step = loss, step
+        if self.best is None or loss < self.best - self.threshold:
+            self.best, self.best_step, self.bad = loss, step, 0
+        else:
+            self.bad += 1
+        return self.patience is not None and self.bad >= self.patience
+
+    def reason(self) -> str:
+        by = f" by more than {self.threshold:g}" if self.threshold else ""
+        return (f"stopped early: the validation loss did not improve{by} in {self.bad} validation"
+                f"{'s' if self.bad != 1 else ''} in a row (lowest {self.lowest:.4f}, at step {self.lowest_step})")
+
+
+def _at_epoch_end(state: Any) -> bool:
+    epoch = float(state.epoch or 0)
+    return abs(epoch - round(epoch)) < 1e-6
+
+
 class _EventsAndCheckpoints(TrainerCallback):
     """A TrainerCallback emitting step/epoch events, writing epoch checkpoints and the cancel checkpoint."""
 
     def __init__(self, *, emit: Any, rank: int, world: int, tokenizer: Any, ckpt_root: str, job: str,
                  epoch_offset: int, step_offset: int, meta: dict[str, Any], control: WorkerControl,
-                 torch: Any) -> None:
+                 torch: Any, eval_steps: int | None = None, patience: Patience | None = None) -> None:
         self.emit, self.rank, self.world, self.tokenizer = emit, rank, world, tokenizer
         self.ckpt_root, self.job, self.meta, self.torch = ckpt_root, job, meta, torch
         self.epoch_offset, self.step_offset, self.control = epoch_offset, step_offset, control
@@ -536,6 +572,9 @@ class _EventsAndCheckpoints(TrainerCallback):
         self.best: tuple[float, str] | None = checkpoints.existing_best(ckpt_root)
         self.stop_pending = False
         self.stopped = False
+        self.eval_steps = eval_steps
+        self.patience = patience or Patience(None)
+        self.stopped_early = False
         self.metrics = RayMetrics(job) if rank == 0 else None
         self.utilisation = Utilisation(rank, torch)
 
@@ -599,9 +638,11 @@ class _EventsAndCheckpoints(TrainerCallback):
         if STEP_DELAY_S:
             time.sleep(STEP_DELAY_S)
         self.utilisation.maybe_emit(step=self.step_offset + state.global_step)
+        if self.eval_steps and state.global_step % self.eval_steps == 0 and not _at_epoch_end(state):
+            control.should_evaluate = True  # an epoch's end validates anyway (eval_strategy "epoch")
         if self.stopped or not self._stop_agreed():
             return
-        if abs(float(state.epoch or 0) - round(float(state.epoch or 0))) < 1e-6:
+        if _at_epoch_end(state):
             self.stop_pending = True  # the epoch's own checkpoint (written next) is the cancel checkpoint
             return
         path, ev = self._checkpoint(state, partial=True)
@@ -611,14 +652,38 @@ class _EventsAndCheckpoints(TrainerCallback):
                     **kw: Any) -> None:
         if self.stopped:
             return
-        if metrics and "eval_loss" in metrics:
-            self.eval_loss = float(metrics["eval_loss"])
-            self.emit("validation", epoch=self.epoch_offset + round(state.epoch or 0), eval_loss=self.eval_loss,
-                      perplexity=_perplexity(self.eval_loss), step=self.step_offset + state.global_step)
+        if not metrics or "eval_loss" not in metrics:
+            return
+        self.eval_loss = float(metrics["eval_loss"])
+        at_end, step = _at_epoch_end(state), self.step_offset + state.global_step
+        epoch = round(state.epoch or 0) if at_end else round(float(state.epoch or 0), 4)
+        self.emit("validation", epoch=self.epoch_offset + epoch, eval_loss=self.eval_loss,
+                  perplexity=_perplexity(self.eval_loss), step=step)
+        # (the job's last validation ends it anyway: no "stopped early" there)
+        lowest = self.patience.lowest is None or self.eval_loss < self.patience.lowest
+        stop = self.patience.update(self.eval_loss, step) and state.global_step < state.max_steps
+        if at_end:
             self._maybe_save(state, control)
+        elif stop or lowest:
+            # between epochs (eval_steps): a checkpoint when this is the lowest loss of the run (`best` may point
+            # at it) or where the job stops early. Decided on what every rank sees alike (the validation loss is
+            # averaged over the ranks; the Patience is the same on every rank): writing a checkpoint is collective.
+            self._checkpoint(state, partial=True, evaluated=True)
+        if stop:
+            self._stop_early(state, control)
+
+    def _stop_early(self, state: Any, control: Any) -> None:
+        self.stopped_early = True
+        control.should_training_stop = True
+        if self.rank == 0 and self.last_path:
+            checkpoints.link_final(self.ckpt_root, os.path.basename(self.last_path), self.last_path,
+                                   epoch=self.epoch_offset + int(float(state.epoch or 0) + 1e-6), emit=self.emit)
+        self.emit("early_stop", reason=self.patience.reason(), step=self.step_offset + state.global_step,
+                  epoch=round(self.epoch_offset + float(state.epoch or 0), 4), best_eval_loss=self.patience.lowest,
+                  best_step=self.patience.lowest_step, checkpoint=self.last_path)
 
     def on_epoch_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-        if self.stopped:  # a mid-epoch cancel breaks the loop: no epoch checkpoint, no evaluation
+        if self.stopped or self.stopped_early:  # a stop breaks the epoch's loop: no epoch checkpoint, no evaluation
             control.should_evaluate = False
             return
         epoch = self.epoch_offset + round(state.epoch or 0)
@@ -659,7 +724,8 @@ class _EventsAndCheckpoints(TrainerCallback):
         if self.stop_pending:
             self._finish_stop(control, path, ev)
 
-    def _checkpoint(self, state: Any, *, partial: bool) -> tuple[str | None, dict[str, Any] | None]:
+    def _checkpoint(self, state: Any, *, partial: bool,
+                    evaluated: bool = False) -> tuple[str | None, dict[str, Any] | None]:
         """Collective: every rank sends its RNG state; rank 0 writes; every rank learns whether it worked."""
         torch, dist = self.torch, self.torch.distributed
         mine = _rng_state(torch)
@@ -674,7 +740,7 @@ class _EventsAndCheckpoints(TrainerCallback):
         err: BaseException | None = None
         if self.rank == 0:
             try:
-                path, ev = self._write(state, rngs, partial)
+                path, ev = self._write(state, rngs, partial, evaluated)
             except BaseException as e:  # noqa: BLE001 - shared with the other ranks, then raised
                 err = e
             finally:
@@ -691,7 +757,8 @@ class _EventsAndCheckpoints(TrainerCallback):
             raise err
         return path, ev
 
-    def _write(self, state: Any, rngs: list[Any], partial: bool) -> tuple[str, dict[str, Any] | None]:
+    def _write(self, state: Any, rngs: list[Any], partial: bool,
+               evaluated: bool = False) -> tuple[str, dict[str, Any] | None]:
         trainer, torch = self.trainer, self.torch
         model = trainer.model
         tokenizer = self.tokenizer
@@ -729,13 +796,16 @@ class _EventsAndCheckpoints(TrainerCallback):
 
         meta = {**self.meta, "epoch": completed, "global_step": step, "partial": partial,
                 "epoch_progress": round(self.epoch_offset + float(state.epoch or 0), 6),
-                "train_loss": self.last_loss, "eval_loss": None if partial else self.eval_loss,
+                "train_loss": self.last_loss, "eval_loss": self.eval_loss if evaluated or not partial else None,
                 "adapter": is_peft}
         path = checkpoints.publish(self.ckpt_root, self.job, name, save, meta)
         self.last_path = path
         ev = self.emit("checkpoint", name=name, path=path, epoch=completed, step=step, partial=partial,
                        train_loss=self.last_loss, eval_loss=meta["eval_loss"], base_model=self.meta["base_model"],
                        adapter_path=str(Path(path) / checkpoints.ADAPTER_DIR) if is_peft else None)
+        if partial and evaluated:  # a validation between epochs (eval_steps)
+            self.best = checkpoints.link_best(self.ckpt_root, name, path, eval_loss=self.eval_loss, best=self.best,
+                                              emit=self.emit)
         if not partial:
             self.last_epoch_dir, self.last_epoch = path, completed
             self.best = checkpoints.link_epoch(self.ckpt_root, name, path, completed=completed,

@@ -31,6 +31,9 @@ def test_example_notebook_runs(nb_path, ray_cluster, tiny_model):
     if nb_path.stem == "qlora_deepspeed":
         assert "succeeded qlora ['epoch-1']" in text and "adapter loaded: PeftModel" in text
         assert "succeeded deepspeed-zero2 ['epoch-1']" in text
+    if nb_path.stem == "tracking":
+        assert "succeeded stopped early:" in text and "training losses; validation at steps" in text
+        assert "eval_loss by step [(" in text and "FINISHED" in text
     if nb_path.stem == "datasets":
         assert text.count("succeeded") == 2 and "arrow/checkpoints" in text
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 
 import pytest
 from tornado.httpclient import HTTPClientError
@@ -34,7 +36,8 @@ async def _until(fetch_detail, pred, tries=240, delay=0.5):
     return detail
 
 
-async def test_job_routes_on_a_running_job(jp_fetch, jp_ws_fetch, ray_cluster, tiny_model, dataset, job_name):
+async def test_job_routes_on_a_running_job(jp_fetch, jp_ws_fetch, jp_serverapp, ray_cluster, tiny_model, dataset,
+                                           job_name):
     api = ("cleverthis", "api", "clusters", "local")
     spec = {"name": job_name, "base_model": tiny_model, "dataset_path": str(dataset), "epochs": 50,
             "batch_size": 4, "workers": 1}
@@ -79,6 +82,7 @@ async def test_job_routes_on_a_running_job(jp_fetch, jp_ws_fetch, ray_cluster, t
     assert 1 <= len(m["step"]) <= 10 and len(m["step"]) == len(m["loss"]) and m["count"] >= len(m["step"])
     part = await _json(await jp_fetch(*api, "jobs", job_name, "logs", params={"offset": 0, "limit": 100}))
     assert len(part["text"]) == 100 and part["next"] == 100 and part["size"] >= 100
+    await _tensorboard_of(jp_fetch, jp_serverapp, api, job_name, d)
 
     with pytest.raises(HTTPClientError) as busy:  # delete refuses a running job
         await jp_fetch(*api, "jobs", job_name, method="DELETE")
@@ -104,6 +108,37 @@ async def test_job_routes_on_a_running_job(jp_fetch, jp_ws_fetch, ray_cluster, t
     assert resp.code == 204
     with pytest.raises(HTTPClientError) as gone:
         await jp_fetch(*api, "jobs", job_name)
+    assert gone.value.code == 404
+
+
+async def _tensorboard_of(jp_fetch, jp_serverapp, api, job_name, d):
+    """'Open in TensorBoard': the job's checkpoint folder in a TensorBoard behind the server's proxy, which holds
+    the job's losses; it stops with the server."""
+    assert d["tracking"]["tensorboard"]["viewer"] is True
+    r = await jp_fetch(*api, "jobs", job_name, "tensorboard", request_timeout=120, raise_error=False)
+    assert r.code == 200, r.body[:500]
+    tb = await _json(r)
+    assert tb["log_dir"] == os.path.join(d["checkpoint_dir"], "runs") and tb["run"] == job_name
+    base = jp_serverapp.base_url
+    assert tb["url"].startswith(f"{base}cleverthis/tensorboard/") and tb["url"].endswith("/")
+    parts = tb["url"][len(base):].strip("/").split("/")
+    page = await jp_fetch(*parts, "index.html")
+    assert page.headers["Content-Type"].startswith("text/html") and b"tensorboard" in page.body.lower()
+    for _ in range(120):  # TensorBoard reads the folder every 5 s
+        tags = await _json(await jp_fetch(*parts, "data", "plugin", "scalars", "tags"))
+        if "train/loss" in tags.get(job_name, {}):
+            break
+        await asyncio.sleep(0.5)
+    assert "train/loss" in tags.get(job_name, {}), tags
+    again = await _json(await jp_fetch(*api, "jobs", job_name, "tensorboard"))
+    assert again["url"] == tb["url"]  # one TensorBoard per checkpoint folder
+    boards = jp_serverapp.web_app.settings["cleverthis_tensorboards"]
+    proc = boards.target(parts[2]).proc
+    assert proc.poll() is None
+    await jp_serverapp.extension_manager.extension_points["jupyter_cleverthis"].app.stop_extension()
+    assert proc.poll() is not None and boards.target(parts[2]) is None
+    with pytest.raises(HTTPClientError) as gone:
+        await jp_fetch(*parts, "data", "logdir")
     assert gone.value.code == 404
 
 
@@ -185,14 +220,17 @@ async def test_every_route_requires_auth(jp_fetch):
 
     checked = 0
     for pattern, handler in routes():
-        parts = pattern.replace("([^/]+)", "x").replace("(up|down)", "up").replace("(.*)", "api/version")
+        parts = (pattern.replace("([^/]+)", "x").replace("(up|down)", "up").replace("(/.*)", "/data/logdir")
+                 .replace("(.*)", "api/version"))
         parts = parts.strip("/").split("/")
         for method in ("get", "post", "put", "patch", "delete"):
             if method not in vars(handler) and not (method == "get" and "open" in vars(handler)):
                 continue
             resp = await jp_fetch(*parts, method=method.upper(), body="{}" if method in ("post", "put") else None,
                                   headers={"Authorization": ""}, raise_error=False, follow_redirects=False)
-            assert resp.code == 403, (method, parts, resp.code)
+            # the API answers 403; a page for the browser (the TensorBoard proxy) sends a GET to the login page
+            login = resp.code == 302 and "/login" in resp.headers.get("Location", "") and method == "get"
+            assert resp.code == 403 or login, (method, parts, resp.code)
             assert b"Traceback" not in resp.body
             checked += 1
     assert checked >= len(routes())

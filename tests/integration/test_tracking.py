@@ -1,6 +1,7 @@
 """Experiment tracking through the transformers Trainer's own integrations, read back with each tool: TensorBoard
 event files (tensorboard's EventAccumulator), a real `mlflow server` on a free loopback port (MlflowClient), and
-W&B in offline mode (its run folder). One job reports to all three; every job reports to TensorBoard by default."""
+W&B in offline mode (its run folder). One job reports to all three; every job reports to TensorBoard by default.
+The same job checks evaluation: `eval_steps` and early stopping (a learning rate too high to improve)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 import requests
 
 from jupyter_cleverthis.service.clusters import free_port
+from jupyter_cleverthis.service.jobs import JobService
 
 from .training_helpers import run_job
 
@@ -67,8 +69,10 @@ def test_tensorboard_mlflow_and_wandb_read_back(ray_cluster, tiny_model, dataset
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb"))
     (tmp_path / "wandb").mkdir()
     monkeypatch.setenv("WANDB_API_KEY", "secret-wandb-key-0123456789")  # a secret: must not reach the job record
+    # The same job checks evaluation (one job start less): validation every EVAL_STEPS steps as well as at epoch
+    # ends, and a learning rate far too high to improve, so that it stops early.
     final, evs = run_job(tiny_model, dataset, job_name, {"report_to": ["tensorboard", "mlflow", "wandb"],
-                                                         "validation_split": 0.2}, workers=1)
+                                                         **EVALUATION}, workers=1, epochs=3)
     steps = [e for e in evs if e["type"] == "step"]
     assert len(steps) >= 5
     tracking = final.tracking
@@ -91,8 +95,7 @@ def test_tensorboard_mlflow_and_wandb_read_back(ray_cluster, tiny_model, dataset
     client = MlflowClient(mlflow_server)
     run = client.get_run(ml["run_id"])
     assert run.info.run_name == job_name
-    lr = json.loads((dataset / "training_config.json").read_text())["learning_rate"]  # the sample's own
-    assert float(run.data.params["learning_rate"]) == pytest.approx(lr)
+    assert float(run.data.params["learning_rate"]) == pytest.approx(EVALUATION["learning_rate"])
     history = client.get_metric_history(ml["run_id"], "loss")
     assert [round(m.value, 4) for m in sorted(history, key=lambda m: m.step)] == \
         [round(ours[k], 4) for k in sorted(ours)]
@@ -119,3 +122,44 @@ def test_tensorboard_mlflow_and_wandb_read_back(ray_cluster, tiny_model, dataset
     env = (info.runtime_env or {}).get("env_vars", {})
     assert env.get("MLFLOW_TRACKING_URI") == mlflow_server and env.get("WANDB_MODE") == "offline"
     assert "WANDB_API_KEY" not in env and "secret-wandb-key" not in json.dumps(info.runtime_env)
+
+    check_eval_steps_and_early_stop(final, evs, job_name)
+    # TensorBoard has each validation at its step
+    assert [e.step for e in acc.Scalars("eval/loss")] == [e["step"] for e in evs if e["type"] == "validation"]
+
+
+EVAL_STEPS, PATIENCE = 3, 2
+EVALUATION = {"validation_split": 0.2, "eval_steps": EVAL_STEPS, "early_stopping_patience": PATIENCE,
+              "early_stopping_threshold": 0.01, "learning_rate": 0.5}
+
+
+def check_eval_steps_and_early_stop(final, evs, job_name):
+    """Validation every EVAL_STEPS steps and at each epoch's end; the job stopped after PATIENCE validations
+    without improvement, wrote its checkpoint, points `best` at the lowest validation loss and `epoch-final` at
+    where it stopped, and ended succeeded with the reason in its detail."""
+    val = [e for e in evs if e["type"] == "validation"]
+    steps = [e for e in evs if e["type"] == "step"]
+    per_epoch = steps[-1]["total_steps"] // 3
+    expected = [s for s in range(1, steps[-1]["step"] + 1) if s % EVAL_STEPS == 0 or s % per_epoch == 0]
+    assert [v["step"] for v in val] == expected, (per_epoch, [v["step"] for v in val])
+    assert any(v["epoch"] != int(v["epoch"]) for v in val), "no validation between epochs"
+
+    losses = [v["eval_loss"] for v in val]
+    assert all(x >= min(losses[:-PATIENCE]) - 0.01 for x in losses[-PATIENCE:]), losses
+    assert steps[-1]["step"] < steps[-1]["total_steps"], "the job ran to its planned end"
+    assert final.stopped_early is True and final.message == final.stop_reason
+    assert "did not improve" in final.stop_reason and f"lowest {min(losses):.4f}" in final.stop_reason
+    stop = next(e for e in evs if e["type"] == "early_stop")
+    assert stop["step"] == val[-1]["step"] == steps[-1]["step"]
+
+    root = Path(final.checkpoint_dir)
+    final_dir = Path(os.path.realpath(root / "epoch-final"))
+    assert final_dir == Path(stop["checkpoint"]).resolve()
+    meta = json.loads((final_dir / "checkpoint.json").read_text())
+    assert meta["global_step"] == stop["step"] and meta["eval_loss"] == pytest.approx(losses[-1])
+    best = json.loads((root / "best" / "checkpoint.json").read_text())
+    assert best["eval_loss"] == pytest.approx(min(losses))
+
+    m = JobService().metrics("local", job_name)  # the curves put each validation at its step
+    assert [v["step"] for v in m["validation"]] == [v["step"] for v in val]
+    assert all(v["perplexity"] for v in m["validation"])

@@ -200,3 +200,57 @@ def test_with_validation_best_and_final_links_and_exact_resume(tiny, tmp_path):
     assert _max_diff(straight / "epoch-2" / ADAPTER, out / "epoch-2" / ADAPTER) <= 1e-4
     assert checkpoints.read_meta(str(out / "epoch-2"))["eval_loss"] == checkpoints.read_meta(
         str(straight / "epoch-2"))["eval_loss"]
+
+
+def test_patience_counts_validations_without_improvement_beyond_the_threshold():
+    from cleverthis_runtime.train import Patience
+
+    p = Patience(2, threshold=0.1)
+    assert not p.update(3.0, 1)             # the first is the best
+    assert not p.update(2.95, 2)            # lower, but not by more than 0.1: no improvement (1)
+    assert not p.update(2.5, 3)             # improved: the count starts again
+    assert not p.update(2.6, 4)             # (1)
+    assert p.update(2.45, 5)                # (2): stop
+    assert p.best == 2.5 and p.best_step == 3 and p.lowest == 2.45 and p.lowest_step == 5
+    assert "did not improve by more than 0.1 in 2 validations" in p.reason() and "lowest 2.4500, at step 5" in p.reason()
+    assert not any(Patience(None).update(x, i) for i, x in enumerate([1.0, 2.0, 3.0, 4.0]))  # unset: never
+
+
+def test_eval_steps_and_early_stopping(tiny, tmp_path, capsys):
+    """A learning rate too high to improve: validations every 3 steps and at epoch ends, a stop after 2 without
+    improvement, its checkpoint written, `best` at the lowest validation loss, `epoch-final` where it stopped."""
+    from cleverthis_runtime import events
+
+    out = tmp_path / "checkpoints"
+    capsys.readouterr()
+    r = _job("es", out, 3, tiny, validation_split=0.2, eval_steps=3, early_stopping_patience=2,
+             early_stopping_threshold=0.01, learning_rate=0.5, report_to=["none"])
+    evs = list(events.parse_events(capsys.readouterr().out.splitlines()))
+    val = [e for e in evs if e["type"] == "validation"]
+    stop = next(e for e in evs if e["type"] == "early_stop")
+    per_epoch = next(e for e in evs if e["type"] == "step")["total_steps"] // 3
+    assert r["stopped_early"] and r["global_step"] == stop["step"] < 3 * per_epoch
+    assert [v["step"] for v in val] == [s for s in range(1, stop["step"] + 1) if s % 3 == 0 or s % per_epoch == 0], str((per_epoch, stop["step"], [(v["step"], v["epoch"], round(v["eval_loss"], 3)) for v in val]))
+    losses = [v["eval_loss"] for v in val]
+    assert all(x >= min(losses[:-2]) - 0.01 for x in losses[-2:]), losses
+    final = out / os.readlink(out / "epoch-final")
+    assert str(final) == stop["checkpoint"]
+    assert checkpoints.read_meta(str(final))["eval_loss"] == pytest.approx(losses[-1])
+    assert checkpoints.read_meta(str(out / "best"))["eval_loss"] == pytest.approx(min(losses))
+
+
+def test_eval_steps_and_early_stopping_need_validation_data(tiny, tmp_path):
+    from cleverthis_runtime.preflight import preflight
+
+    data = tmp_path / "training"
+    shutil.copytree(DATA, data, ignore=shutil.ignore_patterns("checkpoints"))
+    spec = JobSpec(name="es", base_model=tiny, dataset_path=str(data), workers=1,
+                   training_config={"eval_steps": 5, "early_stopping_patience": 3})
+    fields = {e["field"]: e["message"] for e in preflight(spec, quick=True)["errors"]}
+    assert "eval_steps needs validation data: set validation_split" in fields["training_config.eval_steps"]
+    assert "early_stopping_patience needs validation data" in fields["training_config.early_stopping_patience"]
+    spec = JobSpec(name="es", base_model=tiny, dataset_path=str(data), workers=1,
+                   training_config={"eval_steps": 5, "early_stopping_patience": 3, "validation_split": 0.1})
+    assert preflight(spec, quick=True)["errors"] == []
+    with pytest.raises(ValueError, match="early_stopping_patience"):
+        TrainingConfig(early_stopping_patience=0)

@@ -28,6 +28,8 @@ export interface IJobDetailViewOptions {
    * per checkpoint; `checkpoint` is undefined for the latest.
    */
   onResume?: (job: IJobDetail, checkpoint?: ICheckpoint) => void | Promise<unknown>;
+  /** Shows "Open in TensorBoard" (for a job whose TensorBoard folder this server can show) calling this. */
+  onOpenTensorBoard?: (job: IJobDetail) => void | Promise<unknown>;
   /** Show the loss curve (default true). */
   showLossCurve?: boolean;
   /** Show the log tail (default true). */
@@ -107,6 +109,18 @@ export class JobDetailView {
     this._plan = h('table', { class: `${CSS_PREFIX}-kvTable ${VIEW_CLASS}-plan` });
     this._serving = h('table', { class: `${CSS_PREFIX}-kvTable ${VIEW_CLASS}-serving` });
     this._tracking = h('table', { class: `${CSS_PREFIX}-kvTable ${VIEW_CLASS}-tracking` });
+    this._onOpenTensorBoard = options.onOpenTensorBoard;
+    this._tensorBoard = h(
+      'button',
+      {
+        type: 'button',
+        class: `${CSS_PREFIX}-button ${VIEW_CLASS}-tensorboard`,
+        title: "Open this job's checkpoint folder in TensorBoard (a new browser tab)"
+      },
+      'Open in TensorBoard'
+    );
+    this._tensorBoard.style.display = 'none';
+    this._tensorBoard.addEventListener('click', this._onTensorBoardClick);
     this._summary = h('table', { class: `${CSS_PREFIX}-kvTable ${VIEW_CLASS}-summary` });
     this._progress = h('table', { class: `${CSS_PREFIX}-kvTable ${VIEW_CLASS}-progress` });
     this._checkpoints = h('div', { class: `${VIEW_CLASS}-checkpoints` });
@@ -132,7 +146,7 @@ export class JobDetailView {
     this.node.append(
       Private.section('Checkpoints', this._checkpoints),
       Private.section('Serving', this._serving),
-      Private.section('Tracking', this._tracking),
+      Private.section('Tracking', this._tracking, this._tensorBoard),
       Private.section('Plan', this._plan),
       Private.section('Configuration', this._config)
     );
@@ -281,6 +295,8 @@ export class JobDetailView {
       ['MLflow', tracking.mlflow ? (tracking.mlflow.url ?? `run ${tracking.mlflow.run_id}`) : null],
       ['W&B', tracking.wandb ? (tracking.wandb.url ?? `${tracking.wandb.mode ?? ''} run in ${tracking.wandb.dir}`) : null]
     ]);
+    this._tensorBoard.style.display =
+      this._onOpenTensorBoard && tracking.tensorboard?.viewer ? '' : 'none';
     const plan = job.plan ?? {};
     const reasons = (plan.reasons ?? {}) as Record<string, string>;
     Private.fillTable(
@@ -329,6 +345,19 @@ export class JobDetailView {
     this.node.remove();
   }
 
+  private _onTensorBoardClick = async (): Promise<void> => {
+    const job = this._job;
+    if (!job || !this._onOpenTensorBoard || this._tensorBoard.disabled) {
+      return;
+    }
+    this._tensorBoard.disabled = true;
+    try {
+      await this._onOpenTensorBoard(job);
+    } finally {
+      this._tensorBoard.disabled = false;
+    }
+  };
+
   private _onCancelClick = async (): Promise<void> => {
     const job = this._job;
     if (!job || !this._onCancel || this._cancelling) {
@@ -361,6 +390,8 @@ export class JobDetailView {
 
   private _job: IJobDetail | null = null;
   private _cancelling = false;
+  private readonly _onOpenTensorBoard?: (job: IJobDetail) => void | Promise<unknown>;
+  private readonly _tensorBoard: HTMLButtonElement;
   private _resuming = false;
   private readonly _onResume?: (job: IJobDetail, checkpoint?: ICheckpoint) => void | Promise<unknown>;
   private readonly _resume: HTMLButtonElement;
@@ -403,12 +434,12 @@ namespace Private {
     return button;
   }
 
-  export function section(title: string, body: HTMLElement): HTMLElement {
+  export function section(title: string, ...body: HTMLElement[]): HTMLElement {
     return h(
       'section',
       { class: `${VIEW_CLASS}-section`, 'data-section': title.toLowerCase() },
       h('h3', null, title),
-      body
+      ...body
     );
   }
 

@@ -3,7 +3,7 @@
  * ~1 MB library is only fetched when a curve is shown.
  */
 import { CSS_PREFIX, h } from './format';
-import { IJobEvent, ILossPoint, lossSeries } from './model';
+import { IJobEvent, ILossPoint, lossSeries, mergeSeries, validationSeries } from './model';
 
 /** The part of the Plotly API the curve uses. */
 export interface IPlotly {
@@ -64,27 +64,29 @@ export class LossCurve {
     return this._points;
   }
 
-  /** Replace the series with the step-loss points of these events. */
+  /** The validation-loss points currently drawn (sorted by step). */
+  get validation(): readonly ILossPoint[] {
+    return this._validation;
+  }
+
+  /** Replace the series with the step-loss and validation points of these events. */
   setEvents(events: readonly IJobEvent[]): Promise<void> {
+    this._validation = validationSeries(events);
     return this.setPoints(lossSeries(events));
   }
 
-  /** Append the step-loss points of new events (e.g. the result of `events?since=N`). */
+  /** Append the points of new events (e.g. the result of `events?since=N`). */
   addEvents(events: readonly IJobEvent[]): Promise<void> {
     const added = lossSeries(events);
-    if (!added.length) {
+    const validated = validationSeries(events);
+    if (!added.length && !validated.length) {
       return this._drawing ?? Promise.resolve();
     }
-    const merged = new Map<number, number>(this._points.map(p => [p.step, p.loss]));
-    for (const p of added) {
-      merged.set(p.step, p.loss);
-    }
-    return this.setPoints(
-      [...merged.entries()].sort((a, b) => a[0] - b[0]).map(([step, loss]) => ({ step, loss }))
-    );
+    this._validation = mergeSeries(this._validation, validated);
+    return this.setPoints(mergeSeries(this._points, added));
   }
 
-  /** Replace the series. Resolves once drawn. */
+  /** Replace the step-loss series. Resolves once drawn. */
   setPoints(points: readonly ILossPoint[]): Promise<void> {
     this._points = [...points];
     return this.draw();
@@ -161,17 +163,28 @@ export class LossCurve {
           line: { color: colors.line, width: 2 },
           marker: { color: colors.line },
           hovertemplate: 'step %{x}<br>loss %{y:.4f}<extra></extra>'
+        },
+        {
+          x: this._validation.map(p => p.step),
+          y: this._validation.map(p => p.loss),
+          type: 'scatter',
+          mode: 'lines+markers',
+          name: 'validation loss',
+          line: { color: colors.validation, width: 1, dash: 'dot' },
+          marker: { color: colors.validation, size: 7 },
+          hovertemplate: 'step %{x}<br>validation loss %{y:.4f}<extra></extra>'
         }
       ],
       {
         height: this._height,
-        margin: { l: 48, r: 12, t: 12, b: 36 },
+        margin: { l: 48, r: 12, t: this._validation.length ? 28 : 12, b: 36 },
         paper_bgcolor: 'rgba(0,0,0,0)',
         plot_bgcolor: 'rgba(0,0,0,0)',
         font: { color: colors.font, family: colors.fontFamily, size: 11 },
         xaxis: { title: { text: 'step' }, gridcolor: colors.grid, zeroline: false },
         yaxis: { title: { text: 'loss' }, gridcolor: colors.grid, zeroline: false },
-        showlegend: false
+        showlegend: this._validation.length > 0,
+        legend: { orientation: 'h', x: 0, y: 1.15 }
       },
       { displayModeBar: false, responsive: true }
     );
@@ -179,6 +192,7 @@ export class LossCurve {
   }
 
   private _points: ILossPoint[] = [];
+  private _validation: ILossPoint[] = [];
   private _plotly: IPlotly | null = null;
   private _drawing: Promise<void> | null = null;
   private _dirty = false;
@@ -211,6 +225,7 @@ namespace Private {
   /** Read the JupyterLab theme variables so the plot follows light/dark themes. */
   export function themeColors(node: HTMLElement): {
     line: string;
+    validation: string;
     font: string;
     grid: string;
     fontFamily: string;
@@ -220,6 +235,7 @@ namespace Private {
       style?.getPropertyValue(name).trim() || fallback;
     return {
       line: read('--jp-brand-color1', '#1976d2'),
+      validation: read('--jp-warn-color1', '#f57c00'),
       font: read('--jp-ui-font-color1', '#616161'),
       grid: read('--jp-border-color2', '#e0e0e0'),
       fontFamily: read('--jp-ui-font-family', 'sans-serif')

@@ -112,11 +112,24 @@ export interface IJobDetail extends IJobSummary {
   serving?: { model_path?: string; lora_adapter_path?: string; base_model?: string } | null;
   /** Where the run's records went (report_to): TensorBoard folder, MLflow run, W&B run. */
   tracking?: {
-    tensorboard?: { log_dir?: string | null };
+    /** `viewer`: this Jupyter server can show the folder in TensorBoard ("Open in TensorBoard"). */
+    tensorboard?: { log_dir?: string | null; viewer?: boolean };
     mlflow?: { run_id?: string; experiment_id?: string; tracking_uri?: string; url?: string | null };
     wandb?: { run_id?: string; dir?: string; url?: string | null; mode?: string };
   } | null;
+  /** early_stopping_patience ran out: the job succeeded, stopped early, for this reason. */
+  stopped_early?: boolean;
+  stop_reason?: string | null;
   log_url?: string;
+}
+
+/** The TensorBoard of a job's checkpoint folder, behind the server's proxy. */
+export interface ITensorBoard {
+  /** Where to open it (same origin: the server's base URL). */
+  url: string;
+  log_dir: string;
+  /** The job's run in it. */
+  run: string;
 }
 
 /** Options of a resume: epochs (default: those that remain) and the checkpoint (default: the latest). */
@@ -229,6 +242,31 @@ export function lossSeries(events: readonly IJobEvent[]): ILossPoint[] {
       byStep.set(event.step, event.loss);
     }
   }
+  return sortedPoints(byStep);
+}
+
+/**
+ * The validation-loss series (`validation` events, at epoch ends and every
+ * `eval_steps`), sorted by the optimizer step it was measured at.
+ */
+export function validationSeries(events: readonly IJobEvent[]): ILossPoint[] {
+  const byStep = new Map<number, number>();
+  for (const event of events) {
+    const step = event['step'];
+    const loss = event['eval_loss'];
+    if (event.type === 'validation' && typeof step === 'number' && typeof loss === 'number' && Number.isFinite(loss)) {
+      byStep.set(step, loss);
+    }
+  }
+  return sortedPoints(byStep);
+}
+
+/** Merge two series by step (the second wins on a shared step). */
+export function mergeSeries(a: readonly ILossPoint[], b: readonly ILossPoint[]): ILossPoint[] {
+  return sortedPoints(new Map<number, number>([...a, ...b].map(p => [p.step, p.loss])));
+}
+
+function sortedPoints(byStep: Map<number, number>): ILossPoint[] {
   return [...byStep.entries()]
     .sort((a, b) => a[0] - b[0])
     .map(([step, loss]) => ({ step, loss }));

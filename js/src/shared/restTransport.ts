@@ -13,7 +13,8 @@ import {
   IJobSpec,
   IJobSummary,
   IResumeOptions,
-  ISchemaBundle
+  ISchemaBundle,
+  ITensorBoard
 } from './model';
 import { ITransport, TransportError } from './transport';
 
@@ -98,6 +99,10 @@ export class RestTransport implements ITransport {
 
   getSchema(): Promise<ISchemaBundle> {
     return this._request<ISchemaBundle>('GET', ['schema']);
+  }
+
+  openTensorBoard(cluster: string, name: string): Promise<ITensorBoard> {
+    return this._request<ITensorBoard>('GET', ['clusters', cluster, 'jobs', name, 'tensorboard']);
   }
 
   private async _request<T>(

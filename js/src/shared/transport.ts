@@ -11,7 +11,8 @@ import {
   IJobSpec,
   IJobSummary,
   IResumeOptions,
-  ISchemaBundle
+  ISchemaBundle,
+  ITensorBoard
 } from './model';
 
 /** Everything the views need from the server. */
@@ -28,6 +29,8 @@ export interface ITransport {
   getLogs(cluster: string, name: string): Promise<string>;
   getEvents(cluster: string, name: string, since: number): Promise<IEventsPage>;
   getSchema(): Promise<ISchemaBundle>;
+  /** Start (or find) the TensorBoard of the job's checkpoint folder; absent where it cannot be shown. */
+  openTensorBoard?(cluster: string, name: string): Promise<ITensorBoard>;
 }
 
 /**
