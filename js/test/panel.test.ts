@@ -38,6 +38,16 @@ function fakeTransport(): ITransport & { [K in keyof ITransport]: Mock } {
   } as any;
 }
 
+/** A panel showing the first job's detail, and its "Open in TensorBoard" button. */
+async function tensorBoardButton(transport: ITransport): Promise<[TrainingPanel, HTMLButtonElement]> {
+  const panel = new TrainingPanel({ transport, defaultCluster: 'local' });
+  Widget.attach(panel, document.body);
+  await panel.refresh();
+  (panel.node.querySelector('.jp-CleverThis-JobTable-row') as HTMLElement).click();
+  await panel.refresh();
+  return [panel, panel.node.querySelector('.jp-CleverThis-JobDetail-tensorboard') as HTMLButtonElement];
+}
+
 describe('TrainingPanel', () => {
   it('has the panel id, lists clusters and jobs, and opens a job', async () => {
     const transport = fakeTransport();
@@ -127,12 +137,7 @@ describe('TrainingPanel', () => {
     transport.openTensorBoard = vi.fn().mockResolvedValue({ url: '/user/a/cleverthis/tensorboard/abc/', log_dir: '/ckpt/runs', run: 'job-0001' });
     const tab = { opener: {}, location: { href: '' }, close: vi.fn() };
     const open = vi.spyOn(window, 'open').mockReturnValue(tab as unknown as Window);
-    const panel = new TrainingPanel({ transport, defaultCluster: 'local' });
-    Widget.attach(panel, document.body);
-    await panel.refresh();
-    (panel.node.querySelector('.jp-CleverThis-JobTable-row') as HTMLElement).click();
-    await panel.refresh();
-    const button = panel.node.querySelector('.jp-CleverThis-JobDetail-tensorboard') as HTMLButtonElement;
+    const [panel, button] = await tensorBoardButton(transport);
     expect(button.style.display).toBe('');
     button.click();
     await vi.waitFor(() => expect(tab.location.href).toBe('/user/a/cleverthis/tensorboard/abc/'));
@@ -151,12 +156,7 @@ describe('TrainingPanel', () => {
     const transport = fakeTransport();
     transport.getJob.mockResolvedValue(makeDetail({ tracking: { tensorboard: { log_dir: 's3://b/runs/j', viewer: false } } }));
     transport.openTensorBoard = vi.fn();
-    const panel = new TrainingPanel({ transport, defaultCluster: 'local' });
-    Widget.attach(panel, document.body);
-    await panel.refresh();
-    (panel.node.querySelector('.jp-CleverThis-JobTable-row') as HTMLElement).click();
-    await panel.refresh();
-    const button = panel.node.querySelector('.jp-CleverThis-JobDetail-tensorboard') as HTMLButtonElement;
+    const [panel, button] = await tensorBoardButton(transport);
     expect(button.style.display).toBe('none');
     panel.dispose();
   });
