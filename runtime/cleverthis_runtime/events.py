@@ -1,7 +1,8 @@
 """Structured events: how the runtime speaks to the UI.
 
 Each event is one line in the job's log: a fixed prefix, then one JSON object with a per-source sequence
-number (`src`, `seq`), a wall-clock time `t` and a `type`. Ray prefixes lines printed by worker actors
+number (`src`, `seq`), a wall-clock time `t` and a `type`; each type's fields are a pydantic model in
+event_models.py, which `emit` checks (the service and the front-end's types rely on that schema). Ray prefixes lines printed by worker actors
 with "(RayTrainWorker pid=...)", so the parser finds the prefix anywhere in a line.
 """
 
@@ -16,6 +17,8 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
+
+from . import event_models
 
 PREFIX = "@@cleverthis-event "
 
@@ -33,10 +36,12 @@ def set_source(name: str) -> None:
 
 
 def emit(type_: str, **fields: Any) -> dict[str, Any]:
-    """Print one event line and flush it, so it reaches Ray's log tail promptly."""
+    """Print one event line and flush it, so it reaches Ray's log tail promptly. The fields must match the
+    type's model (event_models.py): a mismatch is a programming error, raised before anything is printed."""
     with _lock:
         event = {"src": _source or f"pid{os.getpid()}", "seq": next(_counter), "t": round(time.time(), 3), "type": type_}
-        event.update(fields)
+        event.update({k: str(v) if isinstance(v, event_models.Phase) else v for k, v in fields.items()})
+        event_models.check(event)
         line = to_line(event)
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
@@ -65,6 +70,7 @@ def to_line(event: dict[str, Any]) -> str:
 
 
 def parse_line(line: str) -> dict[str, Any] | None:
+    """The event on a log line, as a dict (see `typed` for its model), or None."""
     idx = line.find(PREFIX)
     if idx < 0:
         return None
@@ -87,3 +93,8 @@ def parse_events(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
             continue
         seen.add(key)
         yield ev
+
+
+def typed(event: dict[str, Any]) -> event_models.Event:
+    """The pydantic model of a parsed event (an unknown or malformed one stays a plain `Event`)."""
+    return event_models.parse(event)
