@@ -18,7 +18,7 @@ export CLEVERTHIS_TF_PYTHON ?= $(TF_ENV)/bin/python
 export CLEVERTHIS_STAGES ?= $(CURDIR)/.cache/stages.txt
 STAGE := $(CURDIR)/.ci/stage
 
-.PHONY: test-serial hub-proxy install install-tf demo test test-fast lint test-unit test-js test-wheel test-pytest test-ui bench clean chromium
+.PHONY: test-serial hub-proxy install install-tf demo test test-fast lint test-unit test-js types test-wheel test-pytest test-ui bench clean chromium
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,12 @@ lint: install
 
 test-js: install
 	cd js && npm test
+
+# After a change to the pydantic models (service/models.py, spec.py, event_models.py): re-export their JSON Schemas
+# and the front-end's types generated from them (js/src/shared/generated; tests fail while these are stale).
+types: install
+	$(PY) -m jupyter_cleverthis.schemas js/src/shared/generated
+	cd js && npm run build:types
 
 # The UI tests (tests/ui) drive Debian's Chromium with Playwright (never `playwright install`).
 chromium:

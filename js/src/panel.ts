@@ -19,6 +19,7 @@ import {
   JobDetailView,
   JobTable,
   errorMessage,
+  summaryAsDetail,
   h
 } from './shared';
 
@@ -241,7 +242,7 @@ export class TrainingPanel extends Widget {
     this._eventsNext = 0;
     this.table.selectedName = name;
     const known = this.table.jobs.find(j => j.name === name);
-    this.detail.setJob(known ? Private.summaryAsDetail(known) : null);
+    this.detail.setJob(known ? summaryAsDetail(known) : null);
     void this.detail.setEvents([]);
     this.detail.setLogs('');
     this._applyView();
@@ -524,8 +525,4 @@ namespace Private {
     return button;
   }
 
-  /** A placeholder detail built from a summary while the full detail loads. */
-  export function summaryAsDetail(job: IJobSummary): IJobDetail {
-    return { ...job, spec: {}, checkpoints: [], metrics: null, error: null };
-  }
 }

@@ -40,6 +40,7 @@ import {
   LossCurve,
   TransportError,
   errorMessage,
+  summaryAsDetail,
   h
 } from './shared';
 
@@ -143,7 +144,7 @@ export class ModelTransport implements ITransport {
           return detail;
         }
         const job = name ? this.jobs().find(j => j.name === name) : undefined;
-        return job ? Private.summaryAsDetail(job) : undefined;
+        return job ? summaryAsDetail(job) : undefined;
       },
       ['change:detail', 'change:jobs'],
       false,
@@ -171,7 +172,7 @@ export class ModelTransport implements ITransport {
     }
     const job = this.jobs().find(j => j.name === name);
     if (job) {
-      return Private.summaryAsDetail(job);
+      return summaryAsDetail(job);
     }
     throw new TransportError(`Job ${name} is not available`, 404, 'not_found');
   }
@@ -344,7 +345,7 @@ export function renderWidget(model: IAnyModel, el: HTMLElement): () => void {
       transport.send({ action: 'select', name: job.name, cluster: job.cluster });
       const known = transport.detail();
       if (!known || known.name !== job.name) {
-        detail.setJob(Private.summaryAsDetail(job));
+        detail.setJob(summaryAsDetail(job));
       }
       setView('detail');
     }
@@ -516,8 +517,3 @@ export default {
   }
 };
 
-namespace Private {
-  export function summaryAsDetail(job: IJobSummary): IJobDetail {
-    return { ...job, spec: {}, checkpoints: [], metrics: null, error: null };
-  }
-}

@@ -1,4 +1,5 @@
-import type { IJobDetail, IJobSummary, IJSONSchema, ISchemaBundle } from '../src/shared';
+import { summaryAsDetail } from '../src/shared';
+import type { ICheckpoint, IJobDetail, IJobSummary, IJSONSchema, ISchemaBundle } from '../src/shared';
 
 /** What pydantic v2's `JobSpec.model_json_schema()` looks like. */
 export const JOB_SPEC_SCHEMA: IJSONSchema = {
@@ -79,9 +80,14 @@ export function makeJob(i: number, overrides: Partial<IJobSummary> = {}): IJobSu
   };
 }
 
+/** A checkpoint as the server lists it (fields it does not know are null). */
+export function makeCheckpoint(name: string, path: string, overrides: Partial<ICheckpoint> = {}): ICheckpoint {
+  return { name, path, epoch: null, step: null, train_loss: null, eval_loss: null, adapter_path: null, ...overrides };
+}
+
 export function makeDetail(overrides: Partial<IJobDetail> = {}): IJobDetail {
   return {
-    ...makeJob(1),
+    ...summaryAsDetail(makeJob(1)),
     name: 'tiny-ft',
     status: 'running',
     started_at: 1_700_000_000,
@@ -95,8 +101,8 @@ export function makeDetail(overrides: Partial<IJobDetail> = {}): IJobDetail {
       training_config: { learning_rate: 0.001 }
     },
     checkpoint_dir: '/ckpt/tiny-ft',
-    checkpoints: [{ name: 'epoch-1', path: '/ckpt/tiny-ft/epoch-1', epoch: 1 }],
-    metrics: { step: 40, loss: 2.34567, learning_rate: 0.001, tokens_per_s: 1234.5, eta_s: 125, epoch: 1 },
+    checkpoints: [makeCheckpoint('epoch-1', '/ckpt/tiny-ft/epoch-1', { epoch: 1, step: 40 })],
+    metrics: { step: 40, total_steps: 80, loss: 2.34567, learning_rate: 0.001, tokens_per_s: 1234.5, eta_s: 125, epoch: 1 },
     error: null,
     log_url: '/cleverthis/api/clusters/local/jobs/tiny-ft/logs',
     ...overrides

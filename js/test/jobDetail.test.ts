@@ -1,7 +1,7 @@
 import { describe, expect, it, vi } from 'vitest';
 
 import { IPlotly, JobDetailView } from '../src/shared';
-import { makeDetail } from './fixtures';
+import { makeCheckpoint, makeDetail } from './fixtures';
 
 function fakePlotly(): IPlotly & { react: ReturnType<typeof vi.fn> } {
   return { react: vi.fn().mockResolvedValue(undefined), purge: vi.fn(), Plots: { resize: vi.fn() } };
@@ -73,8 +73,8 @@ describe('JobDetailView', () => {
     const onResume = vi.fn(async () => undefined);
     const view = new JobDetailView({ onResume });
     const ckpts = [
-      { name: 'epoch-1', path: '/d/checkpoints/epoch-1', epoch: 1 },
-      { name: 'epoch-2', path: '/d/checkpoints/epoch-2', epoch: 2 }
+      makeCheckpoint('epoch-1', '/d/checkpoints/epoch-1', { epoch: 1 }),
+      makeCheckpoint('epoch-2', '/d/checkpoints/epoch-2', { epoch: 2 })
     ];
     view.setJob(makeDetail({ status: 'running', checkpoints: ckpts }));
     const resume = view.node.querySelector('.jp-CleverThis-JobDetail-resume') as HTMLButtonElement;
@@ -173,7 +173,7 @@ describe('LossCurve (in the detail view)', () => {
   it('shows a placeholder and does not load plotly without data', async () => {
     const load = vi.fn();
     const view = new JobDetailView({ lossCurve: { loadPlotly: load } });
-    await view.setEvents([{ seq: 0, type: 'phase' }]);
+    await view.setEvents([{ seq: 0, type: 'phase', phase: 'running' }]);
     expect(load).not.toHaveBeenCalled();
     expect(view.node.querySelector('.jp-CleverThis-LossCurve-empty')!.textContent).toMatch(/No loss/);
   });

@@ -1,16 +1,13 @@
 /**
- * The form against a snapshot of the server's real `GET /schema` answer
- * (`JobSpec` / `TrainingConfig` JSON Schemas from pydantic). Regenerate the
- * snapshot when the spec changes:
- *   cd runtime && python -c "import json; from cleverthis_runtime.spec import JobSpec, TrainingConfig; \
- *     json.dump({'job_spec': JobSpec.model_json_schema(), \
- *                'training_config': TrainingConfig.model_json_schema()}, \
- *               open('../js/test/schema-snapshot.json', 'w'), indent=1)"
+ * The form on the server's real `GET /schema` answer (`JobSpec` / `TrainingConfig`
+ * JSON Schemas from pydantic): src/shared/generated/schema-bundle.json, written by
+ * `python -m jupyter_cleverthis.schemas js/src/shared/generated` and kept equal to
+ * what the models export by tests/unit/test_generated_types.py.
  */
 import { describe, expect, it } from 'vitest';
 
 import { CreateJobForm, ISchemaBundle, RESERVED_FIELDS } from '../src/shared';
-import snapshot from './schema-snapshot.json';
+import snapshot from '../src/shared/generated/schema-bundle.json';
 
 const bundle = snapshot as unknown as ISchemaBundle;
 

@@ -158,7 +158,8 @@ export class CreateJobForm {
   /** Validate and build the spec; shows errors under their fields. */
   readSpec(): ISpecResult {
     const { value, errors } = this.form.getValue();
-    const spec: IJobSpec = { ...value, job_type: this._jobType, cluster: this._cluster };
+    // The form's values, checked against the schema here and validated by the server (422 per field).
+    const spec = { ...value, job_type: this._jobType, cluster: this._cluster } as IJobSpec;
     const text = this._advancedInput.value.trim();
     if (text) {
       try {

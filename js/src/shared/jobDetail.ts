@@ -15,7 +15,7 @@ import {
 } from './format';
 import { LogView } from './logView';
 import { ILossCurveOptions, LossCurve } from './lossCurve';
-import { ICheckpoint, IJobDetail, IJobEvent, isActive } from './model';
+import { ICheckpoint, IJobDetail, IJobEvent, IPlan, IQueuedReason, IServing, ITracking, isActive } from './model';
 
 /** Options of {@link JobDetailView}. */
 export interface IJobDetailViewOptions {
@@ -208,7 +208,7 @@ export class JobDetailView {
     this._message.style.display = job.message ? '' : 'none';
     this._error.textContent = job.error ?? '';
     this._error.style.display = job.error ? '' : 'none';
-    const queued = job.status === 'queued' ? job.queued_reason?.message : null;
+    const queued = job.status === 'queued' ? (job.queued_reason as IQueuedReason | null)?.message : null;
     this._queued.textContent = queued ? `Why queued: ${queued}` : '';
     this._queued.style.display = queued ? '' : 'none';
     this._advice.textContent = job.advice ? `${job.error_kind ? `[${job.error_kind}] ` : ''}${job.advice}` : '';
@@ -233,14 +233,14 @@ export class JobDetailView {
       ['Elapsed', formatElapsed(jobElapsed(job, this._now()))]
     ]);
 
-    const m = job.metrics ?? {};
+    const m = job.metrics;
     Private.fillTable(this._progress, [
-      ['Epoch', m.epoch === undefined || m.epoch === null ? null : `${formatNumber(m.epoch)} / ${job.epochs ?? '?'}`],
-      ['Step', formatNumber(m.step)],
-      ['Last loss', formatNumber(m.loss)],
-      ['Learning rate', formatNumber(m.learning_rate)],
-      ['Tokens / s', formatNumber(m.tokens_per_s, 5)],
-      ['ETA', isActive(job.status) ? formatElapsed(m.eta_s) : '\u2014']
+      ['Epoch', m?.epoch === undefined || m.epoch === null ? null : `${formatNumber(m.epoch)} / ${job.epochs ?? '?'}`],
+      ['Step', formatNumber(m?.step)],
+      ['Last loss', formatNumber(m?.loss)],
+      ['Learning rate', formatNumber(m?.learning_rate)],
+      ['Tokens / s', formatNumber(m?.tokens_per_s, 5)],
+      ['ETA', isActive(job.status) ? formatElapsed(m?.eta_s) : '\u2014']
     ]);
 
     this._checkpoints.replaceChildren(
@@ -252,6 +252,7 @@ export class JobDetailView {
       )
     );
     const checkpoints = job.checkpoints ?? [];
+    const serving = (job.serving ?? {}) as IServing;
     if (checkpoints.length) {
       const list = h('ul', { class: `${VIEW_CLASS}-checkpointList` });
       for (const ckpt of checkpoints) {
@@ -278,18 +279,17 @@ export class JobDetailView {
       }
       this._checkpoints.appendChild(list);
       const last = checkpoints[checkpoints.length - 1];
-      const snippet = `from transformers import AutoModelForCausalLM, AutoTokenizer\nmodel = AutoModelForCausalLM.from_pretrained(${JSON.stringify(job.serving?.model_path ?? last.path)})\ntokenizer = AutoTokenizer.from_pretrained(${JSON.stringify(job.serving?.model_path ?? last.path)})`;
+      const snippet = `from transformers import AutoModelForCausalLM, AutoTokenizer\nmodel = AutoModelForCausalLM.from_pretrained(${JSON.stringify(serving.model_path ?? last.path)})\ntokenizer = AutoTokenizer.from_pretrained(${JSON.stringify(serving.model_path ?? last.path)})`;
       this._checkpoints.appendChild(
         h('div', { class: `${VIEW_CLASS}-snippet` }, h('pre', null, snippet), Private.copyButton(snippet))
       );
     }
-    const serving = job.serving ?? {};
     Private.fillTable(this._serving, [
       ['Model path', serving.model_path],
       ['LoRA adapter path', serving.lora_adapter_path],
       ['Base model', serving.base_model]
     ]);
-    const tracking = job.tracking ?? {};
+    const tracking = (job.tracking ?? {}) as ITracking;
     Private.fillTable(this._tracking, [
       ['TensorBoard', tracking.tensorboard?.log_dir],
       ['MLflow', tracking.mlflow ? (tracking.mlflow.url ?? `run ${tracking.mlflow.run_id}`) : null],
@@ -297,8 +297,8 @@ export class JobDetailView {
     ]);
     this._tensorBoard.style.display =
       this._onOpenTensorBoard && tracking.tensorboard?.viewer ? '' : 'none';
-    const plan = job.plan ?? {};
-    const reasons = (plan.reasons ?? {}) as Record<string, string>;
+    const plan = (job.plan ?? {}) as IPlan;
+    const reasons = plan.reasons ?? {};
     Private.fillTable(
       this._plan,
       ['method', 'precision', 'strategy', 'gradient_checkpointing', 'lora_target_modules']

@@ -2,16 +2,17 @@
  * Typed model of the objects served by the jupyter-cleverthis REST API
  * (`<baseUrl>cleverthis/api/...`) and mirrored by the notebook widgets'
  * traitlets.  Pure types plus a few helpers; no DOM, no JupyterLab.
+ *
+ * The payloads the server's pydantic models describe are not written here:
+ * they are the types generated from those models (`./generated`, see
+ * `js/scripts/build-types.mjs`), re-exported under the names the views use.
+ * What is hand-written below has no pydantic model on the server.
  */
+import type * as Api from './generated/api';
+import type * as Events from './generated/events';
 
 /** Lifecycle status of a job as reported by the server. */
-export type JobStatus =
-  | 'queued'
-  | 'initializing'
-  | 'running'
-  | 'succeeded'
-  | 'failed'
-  | 'cancelled';
+export type JobStatus = Api.JobStatus;
 
 /** All statuses, in lifecycle order. */
 export const JOB_STATUSES: readonly JobStatus[] = [
@@ -21,7 +22,7 @@ export const JOB_STATUSES: readonly JobStatus[] = [
   'succeeded',
   'failed',
   'cancelled'
-];
+] satisfies readonly JobStatus[];
 
 /** Statuses from which a job can still be cancelled. */
 export const ACTIVE_STATUSES: readonly JobStatus[] = ['queued', 'initializing', 'running'];
@@ -30,6 +31,44 @@ export const ACTIVE_STATUSES: readonly JobStatus[] = ['queued', 'initializing', 
 export function isActive(status: string): boolean {
   return (ACTIVE_STATUSES as readonly string[]).includes(status);
 }
+
+/** Kind of job; set by the Create Job dialog's tab. */
+export type JobType = NonNullable<Api.JobSpec['job_type']>;
+
+/** `GET /clusters/{cluster}/jobs` item (`JobSummary`). */
+export type IJobSummary = Api.JobSummary;
+
+/** A saved checkpoint of a job (`Checkpoint`). */
+export type ICheckpoint = Api.Checkpoint;
+
+/** Latest training metrics of a job (`Metrics`). */
+export type IJobMetrics = Api.Metrics;
+
+/** `GET /clusters/{cluster}/jobs/{name}` (`JobDetail`). */
+export type IJobDetail = Api.JobDetail;
+
+/** Body of `POST /clusters/{cluster}/jobs` (`JobSpec`, as validated: fields with defaults may be left out). */
+export type IJobSpec = Api.JobSpec;
+
+/** The `training_config` of a spec (`TrainingConfig`). */
+export type ITrainingConfig = Api.TrainingConfig;
+
+/** An event of a job's event stream (one model per `type`), with its position `i` in the job's event log. */
+export type IJobEvent = Events.CleverthisEvent & {
+  /** Position in the job's event log (from 1); `since` / `next` of the events API count these. */
+  i?: number;
+};
+
+/** A `type: "step"` event. */
+export type IStepEvent = Events.StepEvent & { i?: number };
+
+/** A `type: "validation"` event. */
+export type IValidationEvent = Events.ValidationEvent & { i?: number };
+
+/** Where a job is, as its `phase` events say. */
+export type JobPhase = Events.Phase;
+
+// ---- Hand-written: no pydantic model on the server (dicts it builds) ----
 
 /** Status of a Ray cluster. */
 export type ClusterStatus = 'running' | 'stopped' | 'unreachable';
@@ -50,77 +89,36 @@ export interface IClusterInfo {
   resources: Record<string, IResourceUsage> | null;
 }
 
-/** Kind of job; set by the Create Job dialog's tab. */
-export type JobType = 'train' | 'finetune';
-
-/** `GET /clusters/{cluster}/jobs` item. */
-export interface IJobSummary {
-  name: string;
-  cluster: string;
-  status: JobStatus | string;
-  ray_status?: string | null;
-  job_type: JobType | string;
-  framework?: string | null;
-  base_model?: string | null;
-  dataset_path?: string | null;
-  epochs?: number | null;
-  batch_size?: number | null;
-  workers?: number | null;
-  owner?: string | null;
-  /** Unix seconds. */
-  created_at: number;
-  started_at?: number | null;
-  ended_at?: number | null;
-  elapsed_s?: number | null;
-  message?: string | null;
+/**
+ * What the views read of `JobDetail`'s `dict[str, Any]` fields (the model
+ * does not type them): why a queued job waits, the resources it asked for
+ * against what is free.
+ */
+export interface IQueuedReason {
+  message?: string;
+  requested?: Record<string, unknown>;
+  free?: Record<string, unknown>;
 }
 
-/** A saved checkpoint of a job. */
-export interface ICheckpoint {
-  name: string;
-  path: string;
-  epoch?: number | null;
+/** `JobDetail.plan`: the automatic choices (method, precision, strategy, ...) with their reasons. */
+export interface IPlan {
+  reasons?: Record<string, string>;
+  [key: string]: unknown;
 }
 
-/** Latest training metrics of a job. */
-export interface IJobMetrics {
-  step?: number | null;
-  loss?: number | null;
-  learning_rate?: number | null;
-  tokens_per_s?: number | null;
-  eta_s?: number | null;
-  epoch?: number | null;
+/** `JobDetail.serving`: what the Model Serving page asks for. */
+export interface IServing {
+  model_path?: string;
+  lora_adapter_path?: string;
+  base_model?: string;
 }
 
-/** `GET /clusters/{cluster}/jobs/{name}`. */
-export interface IJobDetail extends IJobSummary {
-  spec: IJobSpec | Record<string, unknown>;
-  phase?: string | null;
-  checkpoint_dir?: string | null;
-  checkpoints?: ICheckpoint[];
-  metrics?: IJobMetrics | null;
-  error?: string | null;
-  /** Classified failure (out_of_memory, dataset, ...) and the product page's advice for it. */
-  error_kind?: string | null;
-  advice?: string | null;
-  traceback?: string | null;
-  /** Why a queued job waits: the resources it asked for against what is free. */
-  queued_reason?: { message?: string; requested?: Record<string, unknown>; free?: Record<string, unknown> } | null;
-  /** The automatic choices (method, precision, strategy, ...) with their reasons. */
-  plan?: { reasons?: Record<string, string>; [key: string]: unknown } | null;
-  /** What the Model Serving page asks for. */
-  serving?: { model_path?: string; lora_adapter_path?: string; base_model?: string } | null;
-  /** Where the run's records went (report_to): TensorBoard folder, MLflow run, W&B run. */
-  tracking?: {
-    /** `viewer`: this Jupyter server can show the folder in TensorBoard ("Open in TensorBoard"). */
-    tensorboard?: { log_dir?: string | null; viewer?: boolean };
-    mlflow?: { run_id?: string; experiment_id?: string; tracking_uri?: string; url?: string | null };
-    wandb?: { run_id?: string; dir?: string; url?: string | null; mode?: string };
-  } | null;
-  /** early_stopping_patience ran out: the job succeeded, stopped early, for this reason. */
-  stopped_early?: boolean;
-  stop_reason?: string | null;
-  log_url?: string;
+/** `JobDetail.tracking`: where the run's records went (report_to): TensorBoard folder, MLflow run, W&B run. */
+export interface ITracking {
+  /** `viewer`: this Jupyter server can show the folder in TensorBoard ("Open in TensorBoard"). */
+  tensorboard?: { log_dir?: string | null; viewer?: boolean };
+  mlflow?: { run_id?: string; experiment_id?: string; tracking_uri?: string; url?: string | null };
+  wandb?: { run_id?: string; dir?: string; url?: string | null; mode?: string };
 }
 
 /** The TensorBoard of a job's checkpoint folder, behind the server's proxy. */
@@ -136,41 +134,6 @@ export interface ITensorBoard {
 export interface IResumeOptions {
   epochs?: number;
   checkpoint?: string;
-}
-
-/** Body of `POST /clusters/{cluster}/jobs`. */
-export interface IJobSpec {
-  name?: string;
-  cluster?: string;
-  base_model?: string;
-  dataset_path?: string;
-  job_type?: JobType | string;
-  framework?: string;
-  epochs?: number;
-  batch_size?: number;
-  workers?: number;
-  training_config?: Record<string, unknown>;
-  [key: string]: unknown;
-}
-
-/** An event of a job's event stream. */
-export interface IJobEvent {
-  /** Position in the job's event log (from 1); `since` / `next` of the events API count these. */
-  i?: number;
-  /** Sequence number within the event's source (`src`). */
-  seq?: number;
-  type: 'phase' | 'step' | 'epoch' | 'checkpoint' | 'error' | string;
-  [key: string]: unknown;
-}
-
-/** A `type: "step"` event. */
-export interface IStepEvent extends IJobEvent {
-  type: 'step';
-  step: number;
-  loss?: number | null;
-  learning_rate?: number | null;
-  tokens_per_s?: number | null;
-  eta_s?: number | null;
 }
 
 /** `GET /clusters/{cluster}/jobs/{name}/events?since=N`. */
@@ -225,6 +188,30 @@ export function isStepEvent(event: IJobEvent): event is IStepEvent {
   return event.type === 'step' && typeof event.step === 'number';
 }
 
+/** A placeholder detail built from a summary while the full detail loads. */
+export function summaryAsDetail(job: IJobSummary): IJobDetail {
+  return {
+    ...job,
+    spec: {},
+    phase: null,
+    checkpoint_dir: null,
+    checkpoints: [],
+    metrics: null,
+    error: null,
+    error_kind: null,
+    advice: null,
+    traceback: null,
+    queued_reason: null,
+    serving: null,
+    log_url: null,
+    plan: null,
+    tracking: null,
+    stopped_early: false,
+    stop_reason: null,
+    utilisation: []
+  };
+}
+
 /** A point of the loss curve. */
 export interface ILossPoint {
   step: number;
@@ -252,9 +239,11 @@ export function lossSeries(events: readonly IJobEvent[]): ILossPoint[] {
 export function validationSeries(events: readonly IJobEvent[]): ILossPoint[] {
   const byStep = new Map<number, number>();
   for (const event of events) {
-    const step = event['step'];
-    const loss = event['eval_loss'];
-    if (event.type === 'validation' && typeof step === 'number' && typeof loss === 'number' && Number.isFinite(loss)) {
+    if (event.type !== 'validation') {
+      continue;
+    }
+    const { step, eval_loss: loss } = event;
+    if (typeof step === 'number' && typeof loss === 'number' && Number.isFinite(loss)) {
       byStep.set(step, loss);
     }
   }
