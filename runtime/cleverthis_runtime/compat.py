@@ -7,6 +7,20 @@ it was read in, and tests/unit/test_compat.py fails loudly when a patched name c
   cluster that is the one socket of a job open beyond loopback (an unauthenticated key-value store). Rank 0
   binds the socket itself, on MASTER_ADDR, and hands it to the store (`master_listen_fd`, public since torch
   2.4). Read in torch 2.13 (`torch/distributed/rendezvous.py`) and Ray 2.60 (`ray/train/torch/config.py`).
+- **A resume restores the training state only** (`trainer_class`). We load the weights ourselves (the original
+  base plus the trainable adapter, or the full weights, or a 4-bit base) and hand `training_state/` to
+  `Trainer.train(resume_from_checkpoint=...)` for the optimizer, scheduler, RNG, step and data position: the
+  Trainer's `_load_from_checkpoint` would load weights from that folder, so it is a no-op. Read in
+  transformers 5.24 (`Trainer._load_from_checkpoint(self, resume_from_checkpoint, model=None)`).
+- **The Trainer's RNG file** (`rng_state`, `set_rng_state`). A checkpoint written between Trainer saves holds
+  `rng_state.pth` (`rng_state_{rank}.pth` with several workers) in the layout `Trainer._load_rng_state` reads:
+  keys python, numpy, cpu and cuda. Read in transformers 5.24.
+- **An FSDP2-sharded model stays sharded** (`keep_sharded`). On CPU, accelerate's `prepare_model` wraps the
+  model in DDP; a model whose parameters are DTensors (`fully_shard`) must not be, so `prepare_model` is
+  replaced on the Trainer's accelerator and records the model in `Accelerator._models` as the original does.
+  Read in accelerate 1.15.
+- **ZeRO-3's full weights** (`zero3_full_state`): DeepSpeed's engine gathers them for a save with
+  `_zero3_consolidated_16bit_state_dict()` (what transformers' own ZeRO-3 save calls). Read in DeepSpeed 0.18.
 """
 
 from __future__ import annotations
@@ -20,6 +34,10 @@ PATCHED = (
     ("torch.distributed.rendezvous", "_create_c10d_store"),
     ("torch.distributed.rendezvous", "_torchelastic_use_agent_store"),
     ("ray.train.torch.config", "_TorchBackend"),
+    ("transformers.trainer", "Trainer._load_from_checkpoint"),
+    ("transformers.trainer", "Trainer._load_rng_state"),
+    ("accelerate.accelerator", "Accelerator.prepare_model"),
+    ("deepspeed.runtime.engine", "DeepSpeedEngine._zero3_consolidated_16bit_state_dict"),
 )
 
 
@@ -66,3 +84,69 @@ def torch_config(**kwargs: Any) -> Any:
             return Backend
 
     return Config(**kwargs)
+
+
+def trainer_class() -> Any:
+    """The transformers Trainer whose resume restores the training state and leaves the weights loaded."""
+    from transformers import Trainer
+
+    class _Trainer(Trainer):
+        """The weights were loaded before (base + trainable adapter, or the full weights); a resume only
+        restores optimizer, scheduler, RNG, step and data position from `training_state/`."""
+
+        def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+            return None
+
+    return _Trainer
+
+
+def rng_state(torch: Any) -> dict[str, Any]:
+    """This process's RNG state in the Trainer's `rng_state.pth` format."""
+    import random
+
+    import numpy as np
+
+    st: dict[str, Any] = {"python": random.getstate(), "numpy": np.random.get_state(),
+                          "cpu": torch.random.get_rng_state()}
+    if torch.cuda.is_available():
+        st["cuda"] = torch.cuda.random.get_rng_state_all() if torch.distributed.is_initialized() \
+            else torch.cuda.random.get_rng_state()
+    return st
+
+
+def set_rng_state(torch: Any, st: dict[str, Any] | None) -> None:
+    """Put back a state `rng_state` took."""
+    import random
+
+    import numpy as np
+
+    if not st:
+        return
+    random.setstate(st["python"])
+    np.random.set_state(st["numpy"])
+    torch.random.set_rng_state(st["cpu"])
+    if "cuda" in st and torch.cuda.is_available():
+        if isinstance(st["cuda"], list | tuple):
+            torch.cuda.random.set_rng_state_all(st["cuda"])
+        else:
+            torch.cuda.random.set_rng_state(st["cuda"])
+
+
+def keep_sharded(trainer: Any, is_sharded: Any) -> None:
+    """The Trainer's accelerator leaves a model for which `is_sharded(model)` holds as it is (no DDP wrap)."""
+    acc = trainer.accelerator
+    original = acc.prepare_model
+
+    def prepare_model(model: Any, device_placement: Any = None, evaluation_mode: bool = False) -> Any:
+        if is_sharded(model):
+            acc._models.append(model)
+            return model
+        return original(model, device_placement=device_placement, evaluation_mode=evaluation_mode)
+
+    acc.prepare_model = prepare_model
+
+
+def zero3_full_state(engine: Any) -> dict[str, Any] | None:
+    """Collective under ZeRO-3: the full 16-bit weights, on CPU, on rank 0 (None elsewhere)."""
+    state = engine._zero3_consolidated_16bit_state_dict()
+    return {k: v.detach().cpu() for k, v in state.items()} if state else None

@@ -84,8 +84,9 @@ def gathered_state_dict(trainer: Any) -> dict[str, Any] | None:
     if not getattr(trainer, "is_deepspeed_enabled", False) or not is_zero3(trainer):
         return None
     engine = trainer.model_wrapped if trainer.model_wrapped is not trainer.model else trainer.deepspeed
-    state = engine._zero3_consolidated_16bit_state_dict()
-    return {k: v.detach().cpu() for k, v in state.items()} if state else None
+    from . import compat
+
+    return compat.zero3_full_state(engine)
 
 
 
@@ -107,16 +108,9 @@ def shard_fsdp2(model: Any, world: int) -> Any:
 
 def keep_sharded(trainer: Any) -> None:
     """The Trainer's accelerator wraps CPU training in DDP; an FSDP2-sharded model must stay as it is."""
-    acc = trainer.accelerator
-    original = acc.prepare_model
+    from . import compat
 
-    def prepare_model(model: Any, device_placement: Any = None, evaluation_mode: bool = False) -> Any:
-        if _has_dtensor(model):
-            acc._models.append(model)
-            return model
-        return original(model, device_placement=device_placement, evaluation_mode=evaluation_mode)
-
-    acc.prepare_model = prepare_model
+    compat.keep_sharded(trainer, _has_dtensor)
 
 
 def _has_dtensor(model: Any) -> bool:

@@ -40,7 +40,45 @@ GROUP = textwrap.dedent("""
 
 @pytest.mark.parametrize(("module", "name"), compat.PATCHED)
 def test_the_patched_names_exist(module, name):
-    assert hasattr(importlib.import_module(module), name), f"{module}.{name} is gone: revisit compat.py"
+    obj = importlib.import_module(module)
+    for part in name.split("."):
+        assert hasattr(obj, part), f"{module}.{name} is gone: revisit compat.py"
+        obj = getattr(obj, part)
+
+
+def test_the_transformers_and_accelerate_names_have_the_shape_the_patches_use():
+    from accelerate import Accelerator
+    from transformers import Trainer
+
+    assert list(inspect.signature(Trainer._load_from_checkpoint).parameters) == \
+        ["self", "resume_from_checkpoint", "model"]
+    assert issubclass(compat.trainer_class(), Trainer)
+    rng = inspect.getsource(Trainer._load_rng_state)
+    assert all(f'checkpoint_rng_state["{k}"]' in rng for k in ("python", "numpy", "cpu"))
+    assert '"rng_state.pth"' in rng and 'f"rng_state_{process_index}.pth"' in rng
+    assert list(inspect.signature(Accelerator.prepare_model).parameters) == \
+        ["self", "model", "device_placement", "evaluation_mode"]
+    assert "self._models" in inspect.getsource(Accelerator.__init__)
+
+
+def test_the_rng_state_round_trips_and_transformers_reads_it(tmp_path):
+    import random
+
+    import torch
+    from transformers import Trainer
+
+    st = compat.rng_state(torch)
+    torch.save(st, tmp_path / "rng_state.pth")
+    expected = (random.random(), torch.rand(1).item())
+    compat.set_rng_state(torch, st)
+    assert (random.random(), torch.rand(1).item()) == expected
+
+    class Args:  # what _load_rng_state reads of TrainingArguments
+        world_size, process_index, parallel_mode = 1, 0, None
+
+    fake = type("T", (), {"args": Args()})()
+    Trainer._load_rng_state(fake, str(tmp_path))  # transformers' own reader
+    assert (random.random(), torch.rand(1).item()) == expected
 
 
 def test_the_store_factory_has_the_signature_the_patch_wraps():
