@@ -2,7 +2,7 @@
 
 The S3 endpoint and credentials reach the job the way users' do: the server passes the non-secret AWS_*
 settings of its own environment (endpoint, region, the shared credentials file's path) to the job's env_vars
-(jobs.py `_passthrough_env`), never the keys themselves; the driver and the worker read the bucket
+(runtime_env.py `passthrough_env`), never the keys themselves; the driver and the worker read the bucket
 through fsspec (s3fs). gs:// goes through the same code path (gcsfs), without an emulator here.
 """
 

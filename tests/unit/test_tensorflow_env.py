@@ -1,11 +1,11 @@
-"""framework tensorflow jobs run with the TensorFlow environment's python (jobs.py: tf_python, _runtime_env)."""
+"""framework tensorflow jobs run with the TensorFlow environment's python (runtime_env.py: tfenv.python, job_runtime_env)."""
 
 from __future__ import annotations
 
 import pytest
 
 from jupyter_cleverthis.errors import InvalidSpec
-from jupyter_cleverthis.service import jobs, tfenv
+from jupyter_cleverthis.service import runtime_env, tfenv
 from jupyter_cleverthis.service.jobs import JobService
 from jupyter_cleverthis.spec import JobSpec
 
@@ -25,7 +25,7 @@ def test_missing_tf_environment_is_a_clear_error_naming_framework(monkeypatch, t
     # torch jobs never need it
     env = JobService._runtime_env(None, spec("torch"))
     assert "py_executable" not in env and "TF_USE_LEGACY_KERAS" not in env["env_vars"]
-    assert jobs._entrypoint(spec("torch")) == jobs.ENTRYPOINT
+    assert runtime_env.entrypoint(spec("torch")) == runtime_env.ENTRYPOINT
 
 
 def test_tf_python_from_the_environment_variable_or_cleverthis_home(monkeypatch, tmp_path):
@@ -33,7 +33,7 @@ def test_tf_python_from_the_environment_variable_or_cleverthis_home(monkeypatch,
     env = JobService._runtime_env(None, spec("tensorflow"))
     assert env["py_executable"] == "/opt/tf env/bin/python"
     assert env["env_vars"]["TF_USE_LEGACY_KERAS"] == "1"
-    assert jobs._entrypoint(spec("tensorflow")) == "'/opt/tf env/bin/python' -m cleverthis_runtime"
+    assert runtime_env.entrypoint(spec("tensorflow")) == "'/opt/tf env/bin/python' -m cleverthis_runtime"
 
     monkeypatch.delenv(tfenv.PYTHON_ENV)
     monkeypatch.setenv("CLEVERTHIS_HOME", str(tmp_path))  # where `cleverthis-train setup tensorflow` puts it

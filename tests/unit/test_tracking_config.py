@@ -39,7 +39,7 @@ def test_preflight_names_a_missing_tracker_package(tmp_path, monkeypatch):
 
 
 def test_tracking_settings_reach_jobs_and_secrets_do_not(monkeypatch):
-    from jupyter_cleverthis.service.jobs import _passthrough_env
+    from jupyter_cleverthis.service.runtime_env import passthrough_env as _passthrough_env
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "https://alice:hunter2@mlflow.example.com:5000/base")
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "exp")

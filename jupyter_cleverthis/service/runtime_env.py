@@ -1,0 +1,111 @@
+"""What a job carries to the cluster: its entrypoint and Ray runtime_env (the spec, the runtime package, settings).
+
+The spec travels in the runtime_env's `CLEVERTHIS_SPEC` variable, and `spec_of` reads it back from Ray's job
+record: Ray stays the source of truth for what a job was asked to do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import cleverthis_runtime
+from cleverthis_runtime.checkpoints import stop_grace_seconds
+
+from ..spec import JobSpec
+from . import tfenv
+
+ENTRYPOINT = "python -m cleverthis_runtime"
+PREFLIGHT_ENTRYPOINT = "python -m cleverthis_runtime.preflight"
+DOWNLOAD_ENTRYPOINT = "python -m cleverthis_runtime.download"
+
+# What the Jupyter server's environment passes on to its jobs: the model cache, the DeepSpeed op cache and the
+# object stores' settings (s3:// and gs:// dataset paths, read through fsspec).  Settings and file paths only:
+# secrets (AWS keys, HF_TOKEN, ...) would be visible in Ray's job records, so jobs take those from their
+# nodes' own environment or from the credentials files named here (README, "Data").
+PASSTHROUGH_ENV = ("HF_HOME", "HF_HUB_OFFLINE", "TORCH_EXTENSIONS_DIR",
+                   "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
+                   "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE",
+                   "GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST",
+                   # experiment tracking (README, "Tracking"): where to, never the keys (WANDB_API_KEY,
+                   # MLFLOW_TRACKING_PASSWORD/TOKEN stay on the nodes); a URI's user:password is dropped
+                   "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_MODE",
+                   "WANDB_DIR", "WANDB_BASE_URL")
+
+
+def job_runtime_env(spec: JobSpec) -> dict[str, Any]:
+    """The runtime_env of a training job, and of its pre-flight (which must see what the job will see)."""
+    env_vars = {
+        "CLEVERTHIS_SPEC": spec_json(spec),
+        "CLEVERTHIS_JOB": spec.name,
+        "PYTHONUNBUFFERED": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    # How long Ray waits after the SIGTERM of a cancel before SIGKILL: enough to write a checkpoint
+    # (rule in README, "Cancel and resume"; training_config.cancel_grace_s overrides it).
+    tc = spec.training_config
+    env_vars["RAY_JOB_STOP_WAIT_TIME_S"] = str(stop_grace_seconds(
+        spec.base_model, tc.method if tc else None, tc.cancel_grace_s if tc else None))
+    env = {"py_modules": [runtime_package()], "env_vars": {**env_vars, **passthrough_env()}}
+    if spec.framework == "tensorflow":
+        # Ray starts the job's supervisor and every worker with this python (the entrypoint too: `entrypoint`);
+        # tf-keras, because Keras 3 `fit` fails under MultiWorkerMirroredStrategy.
+        env["py_executable"] = tfenv.python()
+        env["env_vars"].update({"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    return env
+
+
+def helper_runtime_env() -> dict[str, Any]:
+    """The runtime_env of a helper job that needs no spec (the model download)."""
+    return {"py_modules": [runtime_package()], "env_vars": {"PYTHONUNBUFFERED": "1", **passthrough_env()}}
+
+
+def runtime_package() -> str:
+    """The cluster-side runtime's folder, shipped with every job as a py_module."""
+    return str(Path(cleverthis_runtime.__file__).parent)
+
+
+def entrypoint(spec: JobSpec) -> str:
+    if spec.framework == "tensorflow":
+        return f"{shlex.quote(tfenv.python())} -m cleverthis_runtime"
+    return ENTRYPOINT
+
+
+def spec_json(spec: JobSpec) -> str:
+    """The spec as the runtime reads it: training_config holds only the keys the user set, so that the
+    dataset's training_config.json keeps every other key (a bare dump would override them with defaults)."""
+    data = spec.model_dump(mode="json")
+    if spec.training_config is not None:
+        data["training_config"] = spec.training_config.model_dump(mode="json", exclude_unset=True)
+    return json.dumps(data)
+
+
+def spec_of(runtime_env: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The spec a job was submitted with, read back from its runtime_env (None when it has none)."""
+    raw = ((runtime_env or {}).get("env_vars") or {}).get("CLEVERTHIS_SPEC")
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return None
+
+
+def passthrough_env() -> dict[str, str]:
+    out = {k: os.environ[k] for k in PASSTHROUGH_ENV if os.environ.get(k)}
+    for k in ("MLFLOW_TRACKING_URI", "WANDB_BASE_URL"):
+        if k in out:
+            out[k] = without_userinfo(out[k])
+    return out
+
+
+def without_userinfo(uri: str) -> str:
+    """`https://user:secret@host/x` -> `https://host/x`: a password in a URI stays out of Ray's job records."""
+    parts = urlsplit(uri)
+    if parts.username is None and parts.password is None:
+        return uri
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    return urlunsplit(parts._replace(netloc=netloc + (f":{parts.port}" if parts.port else "")))
