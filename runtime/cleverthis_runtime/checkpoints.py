@@ -48,7 +48,7 @@ def claim(root: str, job: str, *, resuming_from: str | None = None) -> None:
             owner = json.loads(owner_file.read_text()).get("job")
         except ValueError:
             owner = None
-        continuing = resuming_from is not None and _is_inside(resuming_from, root)
+        continuing = resuming_from is not None and is_inside(resuming_from, root)
         if owner and owner != job and not continuing:
             raise CheckpointError(
                 f"checkpoint folder {root} belongs to job '{owner}'; choose another location with "
@@ -72,7 +72,7 @@ def owner_of(root: str) -> str | None:
         return None
 
 
-def _is_inside(path: str, root: str) -> bool:
+def is_inside(path: str, root: str) -> bool:
     try:
         Path(os.path.realpath(path)).relative_to(os.path.realpath(root))
         return True

@@ -89,7 +89,7 @@ def preflight(spec: JobSpec, *, quick: bool = False) -> dict[str, Any]:
     out["checkpoint_owner"] = owner
     resuming = os.path.isdir(spec.base_model) and checkpoints.read_meta(spec.base_model) is not None
     out["resume_from"] = spec.base_model if resuming else None
-    if owner and owner != spec.name and not (resuming and checkpoints._is_inside(spec.base_model, ckpt)):
+    if owner and owner != spec.name and not (resuming and checkpoints.is_inside(spec.base_model, ckpt)):
         err("output_dir", f"checkpoint folder {ckpt} belongs to job '{owner}'; choose another location with "
                           "output_dir, or resume from one of its checkpoints")
     names = tc is not None and isinstance(tc.target_modules, list) and tc.method != "full"

@@ -46,7 +46,7 @@ def train_tokenizer(out: Path, data_paths: list[str], vocab_size: int) -> int:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     from .data import DEFAULT_CHAT_TEMPLATE
-    from .tiny import SPECIAL, _texts
+    from .tiny import SPECIAL, texts
 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -54,8 +54,8 @@ def train_tokenizer(out: Path, data_paths: list[str], vocab_size: int) -> int:
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
-    texts = list(_texts(data_paths)) + ["<|user|>\n", "<|assistant|>\n", "<|system|>\n"]
-    tok.train_from_iterator(texts, trainer=trainer)
+    corpus = list(texts(data_paths)) + ["<|user|>\n", "<|assistant|>\n", "<|system|>\n"]
+    tok.train_from_iterator(corpus, trainer=trainer)
     tok.save(str(out / TOKENIZER_FILE))
     (out / TOKENIZER_CONFIG).write_text(json.dumps({
         "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>",

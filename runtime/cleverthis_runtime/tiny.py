@@ -16,7 +16,7 @@ from typing import Any
 SPECIAL = ["<unk>", "<s>", "</s>", "<pad>"]
 
 
-def _texts(paths: list[str]) -> Iterator[str]:
+def texts(paths: list[str]) -> Iterator[str]:
     for p in paths:
         files = sorted(Path(p).glob("*.jsonl")) if Path(p).is_dir() else [Path(p)]
         for f in files:
@@ -85,8 +85,8 @@ def build_tiny_model(
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
-    texts = list(_texts(data_paths)) + ["<|user|>\n", "<|assistant|>\n", "<|system|>\n"]
-    tok.train_from_iterator(texts, trainer=trainer)
+    corpus = list(texts(data_paths)) + ["<|user|>\n", "<|assistant|>\n", "<|system|>\n"]
+    tok.train_from_iterator(corpus, trainer=trainer)
     hf_tok = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>"
     )
