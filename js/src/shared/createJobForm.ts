@@ -7,7 +7,8 @@
  */
 import { CSS_PREFIX, h } from './format';
 import { IFieldError, IJobDetail, IJobSpec, IJSONSchema, ISchemaBundle, JobType } from './model';
-import { SchemaForm, describeFields } from './schemaForm';
+import { describeFields } from './schemaFields';
+import { SchemaForm } from './schemaForm';
 import { ITransport, TransportError, errorMessage } from './transport';
 
 /** The tabs of the form. */

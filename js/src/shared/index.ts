@@ -10,5 +10,6 @@ export * from './jobTable';
 export * from './jobDetail';
 export * from './lossCurve';
 export * from './logView';
+export * from './schemaFields';
 export * from './schemaForm';
 export * from './createJobForm';

@@ -8,19 +8,22 @@
 import {
   CSS_PREFIX,
   formatElapsed,
-  formatTimestamp,
   h,
   jobElapsed,
-  jobTypeLabel,
   updateStatusBadge
 } from './format';
+import {
+  JOB_COLUMNS,
+  JOB_COLUMN_HEADERS,
+  JobColumn,
+  SortDirection,
+  jobCellText,
+  jobRowKey,
+  jobSortValue
+} from './jobColumns';
 import { IJobSummary } from './model';
 
-/** Columns the table can show. */
-export type JobColumn = 'name' | 'status' | 'job_type' | 'owner' | 'elapsed' | 'created_at';
-
-/** Sort direction. */
-export type SortDirection = 'asc' | 'desc';
+export type { JobColumn, SortDirection } from './jobColumns';
 
 /** Options of {@link JobTable}. */
 export interface IJobTableOptions {
@@ -51,7 +54,7 @@ export class JobTable {
     this.rowHeight = options.rowHeight ?? 28;
     this._overscan = options.overscan ?? 10;
     this._fallbackHeight = options.fallbackHeight ?? 480;
-    this.columns = options.columns ?? [...Private.ALL_COLUMNS];
+    this.columns = options.columns ?? [...JOB_COLUMNS];
     this._now = options.now ?? (() => Date.now() / 1000);
 
     this._header = h('div', { class: `${TABLE_CLASS}-header`, role: 'row' });
@@ -63,9 +66,9 @@ export class JobTable {
           role: 'columnheader',
           tabindex: 0,
           'data-column': column,
-          title: `Sort by ${Private.HEADERS[column].toLowerCase()}`
+          title: `Sort by ${JOB_COLUMN_HEADERS[column].toLowerCase()}`
         },
-        Private.HEADERS[column]
+        JOB_COLUMN_HEADERS[column]
       );
       this._header.appendChild(cell);
     }
@@ -237,7 +240,7 @@ export class JobTable {
     row.classList.toggle(SELECTED_CLASS, job.name === this._selected);
     const elapsed = formatElapsed(jobElapsed(job, now));
     // Skip DOM writes when nothing shown in the row changed.
-    const key = Private.rowKey(job, elapsed);
+    const key = jobRowKey(job, elapsed);
     if (row.dataset.key === key) {
       return;
     }
@@ -255,7 +258,7 @@ export class JobTable {
           cell.textContent = elapsed;
           break;
         default:
-          cell.textContent = Private.cellText(job, column);
+          cell.textContent = jobCellText(job, column);
       }
     });
   }
@@ -265,8 +268,8 @@ export class JobTable {
     const sign = this._sortDirection === 'asc' ? 1 : -1;
     const now = this._now();
     this._sorted = [...this._jobs].sort((a, b) => {
-      const va = Private.sortValue(a, column, now);
-      const vb = Private.sortValue(b, column, now);
+      const va = jobSortValue(a, column, now);
+      const vb = jobSortValue(b, column, now);
       let cmp: number;
       if (typeof va === 'number' && typeof vb === 'number') {
         cmp = va - vb;
@@ -354,62 +357,4 @@ export class JobTable {
   private readonly _overscan: number;
   private readonly _fallbackHeight: number;
   private readonly _now: () => number;
-}
-
-namespace Private {
-  export const ALL_COLUMNS: readonly JobColumn[] = [
-    'name',
-    'status',
-    'job_type',
-    'owner',
-    'elapsed',
-    'created_at'
-  ];
-
-  export const HEADERS: Record<JobColumn, string> = {
-    name: 'Name',
-    status: 'Status',
-    job_type: 'Type',
-    owner: 'Owner',
-    elapsed: 'Elapsed',
-    created_at: 'Created'
-  };
-
-  export function cellText(job: IJobSummary, column: JobColumn): string {
-    switch (column) {
-      case 'name':
-        return job.name;
-      case 'job_type':
-        return jobTypeLabel(job.job_type);
-      case 'owner':
-        return job.owner || '\u2014';
-      case 'created_at':
-        return formatTimestamp(job.created_at);
-      default:
-        return '';
-    }
-  }
-
-  export function rowKey(job: IJobSummary, elapsed: string): string {
-    return [job.name, job.status, job.job_type, job.owner, job.created_at, elapsed, job.message].join(
-      '\u0000'
-    );
-  }
-
-  export function sortValue(job: IJobSummary, column: JobColumn, now: number): string | number {
-    switch (column) {
-      case 'elapsed':
-        return jobElapsed(job, now) ?? -1;
-      case 'created_at':
-        return typeof job.created_at === 'number' ? job.created_at : 0;
-      case 'owner':
-        return job.owner ?? '';
-      case 'status':
-        return job.status ?? '';
-      case 'job_type':
-        return job.job_type ?? '';
-      default:
-        return job.name;
-    }
-  }
 }
