@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import BadRequest, CleverThisError
-from .spec import DEFAULT_BASE_MODEL, DEFAULT_DATASET_PATH, JobStatus
+from .spec import JobSpec, JobStatus
+from .text import detail_text, download_text, jobs_table, progress_line
 
 SUBCOMMANDS = ("create", "list", "show", "logs", "cancel", "resume", "cluster", "download", "setup")
 
@@ -39,15 +40,23 @@ class _Parser(argparse.ArgumentParser):
     def exit(self, status: int = 0, message: str | None = None) -> Any:  # type: ignore[override]
         if message:
             raise UsageError(message.strip())
-        raise _HelpShown()
+        raise HelpShown()
 
 
-class _HelpShown(Exception):
-    pass
+class HelpShown(Exception):
+    """`--help` was shown: nothing more to do (argparse would have exited)."""
 
 
 def default_cluster() -> str:
     return os.environ.get("CLEVERTHIS_CLUSTER", "local")
+
+
+# create's options: (flag, JobSpec field); default, help and number type come from the field.
+CREATE_OPTIONS = (
+    ("--model", "base_model"), ("--dataset", "dataset_path"), ("--type", "job_type"), ("--framework", "framework"),
+    ("--epochs", "epochs"), ("--batch-size", "batch_size"), ("--workers", "workers"),
+    ("--cpus-per-worker", "cpus_per_worker"), ("--gpus-per-worker", "gpus_per_worker"), ("--output-dir", "output_dir"),
+)
 
 
 def build_parser(prog: str = "cleverthis-train") -> argparse.ArgumentParser:
@@ -58,18 +67,10 @@ def build_parser(prog: str = "cleverthis-train") -> argparse.ArgumentParser:
         sp.add_argument("--cluster", default=default_cluster(), help="cluster name or dashboard address")
 
     c = sub.add_parser("create", help="create a job (the default subcommand)")
-    c.add_argument("--name", required=True, help="unique job name")
+    c.add_argument("--name", required=True, help=_field_help("name"))
     cluster_opt(c)
-    c.add_argument("--model", dest="base_model", default=DEFAULT_BASE_MODEL, help="HF model id or local path")
-    c.add_argument("--dataset", dest="dataset_path", default=DEFAULT_DATASET_PATH, help="dataset path on the nodes")
-    c.add_argument("--type", dest="job_type", default="finetune", help="train or finetune")
-    c.add_argument("--framework", default="torch", help="torch or tensorflow")
-    c.add_argument("--epochs", type=_int("--epochs"), default=3)
-    c.add_argument("--batch-size", dest="batch_size", type=_int("--batch-size"), default=32)
-    c.add_argument("--workers", type=_int("--workers"), default=2)
-    c.add_argument("--cpus-per-worker", dest="cpus_per_worker", type=_float("--cpus-per-worker"), default=1.0)
-    c.add_argument("--gpus-per-worker", dest="gpus_per_worker", type=_float("--gpus-per-worker"), default=0.0)
-    c.add_argument("--output-dir", dest="output_dir", default=None, help="checkpoint folder")
+    for flag, field in CREATE_OPTIONS:
+        _spec_option(c, flag, field)
     c.add_argument("--config", dest="training_config", default=None,
                    help="training_config overrides: a JSON object or a path to a JSON file")
     c.add_argument("--wait", action="store_true", help="block until the job ends; exit non-zero unless succeeded")
@@ -110,6 +111,18 @@ def build_parser(prog: str = "cleverthis-train") -> argparse.ArgumentParser:
     st.add_argument("what", choices=["tensorflow"])
     st.add_argument("--path", default=None, help="where (default: $CLEVERTHIS_HOME/envs/tensorflow)")
     return p
+
+
+def _spec_option(parser: argparse.ArgumentParser, flag: str, field: str) -> None:
+    """`flag` for JobSpec's `field`: its default, its description as help, and a number type for a number field."""
+    info = JobSpec.model_fields[field]
+    kind = {int: _int, float: _float}.get(info.annotation)  # type: ignore[call-overload]
+    parser.add_argument(flag, dest=field, default=info.default, type=kind(flag) if kind else None,
+                        help=_field_help(field) + (" (default: %(default)s)" if info.default is not None else ""))
+
+
+def _field_help(field: str) -> str:
+    return (JobSpec.model_fields[field].description or field).replace("%", "%%")
 
 
 def _number(flag: str, kind: type, expected: str) -> Callable[[str], Any]:
@@ -174,162 +187,125 @@ def load_config_arg(value: str) -> dict[str, Any]:
     return obj
 
 
-# -- rendering shared by the CLI and the magic's text output ------------------------------------------------------
-def fmt_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = int(seconds)
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
-def jobs_table(jobs: Sequence[Any]) -> str:
-    rows = [("NAME", "STATUS", "TYPE", "ELAPSED", "OWNER", "MODEL")]
-    for j in jobs:
-        rows.append((j.name, j.status.value, j.job_type or "-", fmt_duration(j.elapsed_s), j.owner or "-",
-                     (j.base_model or "-")[-40:]))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
-
-
-def progress_line(d: Any) -> str:
-    m = d.metrics
-    parts = [f"[{d.name}] {d.status.value}"]
-    if d.phase and d.status == JobStatus.INITIALIZING:
-        parts.append(f"({d.phase})")
-    if m is not None and m.loss is not None:
-        parts.append(f"step {m.step}/{m.total_steps} epoch {m.epoch:.2f} loss {m.loss:.4f}")
-        if m.tokens_per_s:
-            parts.append(f"{m.tokens_per_s:,.0f} tok/s")
-        if m.eta_s is not None:
-            parts.append(f"ETA {fmt_duration(m.eta_s)}")
-    if d.error:
-        parts.append(f"error: {d.error}")
-    return " ".join(parts)
-
-
-def detail_text(d: Any) -> str:
-    lines = [progress_line(d)]
-    for k in ("cluster", "owner", "base_model", "dataset_path", "job_type", "framework", "epochs", "batch_size",
-              "workers"):
-        lines.append(f"  {k}: {getattr(d, k)}")
-    lines.append(f"  elapsed: {fmt_duration(d.elapsed_s)}")
-    if d.checkpoint_dir:
-        lines.append(f"  checkpoints: {d.checkpoint_dir}")
-    for c in d.checkpoints:
-        lines.append(f"    {c.name}: {c.path} (train loss {c.train_loss})")
-    lines.append(f"  ray log: {d.log_url}")
-    return "\n".join(lines)
-
-
-def download_text(res: dict[str, Any]) -> str:
-    lines = [f"{res.get('model')}: {'cached on every node' if res.get('ok') else 'NOT available on every node'}"]
-    if res.get("error"):
-        lines.append(f"  error: {res['error']}")
-    for n in res.get("nodes") or []:
-        where = f"{n.get('hostname') or '?'} ({n.get('node_ip') or '?'})"
-        if n.get("status") == "error":
-            lines.append(f"  {where}: error: {n.get('error')}")
-        else:
-            size = f", {n['bytes'] / 1e9:.2f} GB" if n.get("bytes") else ""
-            lines.append(f"  {where}: {n['status']} {n.get('path')} ({n.get('seconds')}s{size})")
-    return "\n".join(lines)
-
-
 def execute(a: argparse.Namespace, out: Callable[[str], None], *, service: Any = None) -> Any:
     """Run a parsed command; text goes to `out`. Returns the job detail(s) or cluster list."""
-    from .service.clusters import ClusterRegistry, cluster_resources
     from .service.jobs import JobService
 
-    svc = service or JobService()
     cmd = a.command or "create"
-    if cmd == "create":
-        spec = spec_from_args(a)
-        d = svc.create(spec)
-        if a.wait:
-            last = [""]
+    run = COMMANDS.get(cmd)
+    if run is None:
+        raise UsageError(f"unknown command {cmd}")
+    return run(a, out, service or JobService())
 
-            def show(det: Any) -> None:
-                line = progress_line(det)
-                if line != last[0]:
-                    out(line)
-                    last[0] = line
 
-            d = svc.wait(spec.cluster, spec.name, on_change=show)
-            for c in d.checkpoints:
-                out(f"checkpoint {c.name}: {c.path}")
-        out(d.model_dump_json(indent=2) if a.json else progress_line(d))
-        return d
-    if cmd == "list":
-        jobs = svc.list(a.cluster)
-        out(json.dumps([j.model_dump(mode="json") for j in jobs], indent=2) if a.json else jobs_table(jobs))
-        return jobs
-    if cmd == "show":
-        d = svc.get(a.cluster, a.name)
-        out(d.model_dump_json(indent=2) if a.json else detail_text(d))
-        return d
-    if cmd == "logs":
-        text = svc.logs(a.cluster, a.name)["text"]
-        out(text)
-        return text
-    if cmd == "resume":
-        d = svc.resume(a.cluster, a.name, epochs=a.epochs, new_name=a.new_name)
-        out(f"[{d.name}] resuming '{a.name}' from {d.base_model} for {d.epochs} epoch(s) ({d.status.value})")
-        return d
-    if cmd == "cancel":
-        d = svc.cancel(a.cluster, a.name)
-        out(f"[{d.name}] cancel requested ({d.status.value})")
-        return d
-    if cmd == "download":
-        def progress(e: dict[str, Any]) -> None:
-            if e["type"] == "download_progress" and e.get("total") and not a.json:
-                out(f"  {e.get('node')}: {e['downloaded'] / 1e9:.2f} / {e['total'] / 1e9:.2f} GB")
+def _create(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:
+    spec = spec_from_args(a)
+    d = svc.create(spec)
+    if a.wait:
+        last = [""]
 
-        res = svc.download(a.cluster, a.model, revision=a.revision, on_progress=progress)
-        if a.json:
-            out(json.dumps(res, indent=2))
-        else:
-            out(download_text(res))
-        return res
-    if cmd == "cluster":
-        reg: ClusterRegistry = svc.registry
-        if a.action == "up":
-            if reg.local(a.name).is_running():
-                cfg = reg.local(a.name).config()
-                out(f"cluster '{cfg.name}' already running at {cfg.address}")
-                return cfg.public()
-            t0 = time.time()
-            local = reg.local(a.name)
-            cfg = local.up(num_cpus=a.num_cpus, metrics=a.metrics)
-            out(f"cluster '{cfg.name}' running at {cfg.address} ({time.time() - t0:.1f}s)")
-            if (local.state() or {}).get("metrics_url"):
-                out(f"Ray metrics (Prometheus, no authentication): {local.state()['metrics_url']}")
+        def show(det: Any) -> None:
+            line = progress_line(det)
+            if line != last[0]:
+                out(line)
+                last[0] = line
+
+        d = svc.wait(spec.cluster, spec.name, on_change=show)
+        for c in d.checkpoints:
+            out(f"checkpoint {c.name}: {c.path}")
+    out(d.model_dump_json(indent=2) if a.json else progress_line(d))
+    return d
+
+
+def _list(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:
+    jobs = svc.list(a.cluster)
+    out(json.dumps([j.model_dump(mode="json") for j in jobs], indent=2) if a.json else jobs_table(jobs))
+    return jobs
+
+
+def _show(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:
+    d = svc.get(a.cluster, a.name)
+    out(d.model_dump_json(indent=2) if a.json else detail_text(d))
+    return d
+
+
+def _logs(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:
+    text = svc.logs(a.cluster, a.name)["text"]
+    out(text)
+    return text
+
+
+def _resume(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:
+    d = svc.resume(a.cluster, a.name, epochs=a.epochs, new_name=a.new_name)
+    out(f"[{d.name}] resuming '{a.name}' from {d.base_model} for {d.epochs} epoch(s) ({d.status.value})")
+    return d
+
+
+def _cancel(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:
+    d = svc.cancel(a.cluster, a.name)
+    out(f"[{d.name}] cancel requested ({d.status.value})")
+    return d
+
+
+def _download(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:
+    def progress(e: dict[str, Any]) -> None:
+        if e["type"] == "download_progress" and e.get("total") and not a.json:
+            out(f"  {e.get('node')}: {e['downloaded'] / 1e9:.2f} / {e['total'] / 1e9:.2f} GB")
+
+    res = svc.download(a.cluster, a.model, revision=a.revision, on_progress=progress)
+    out(json.dumps(res, indent=2) if a.json else download_text(res))
+    return res
+
+
+def _cluster(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:
+    from .service.clusters import ClusterRegistry, cluster_resources
+
+    reg: ClusterRegistry = svc.registry
+    if a.action == "up":
+        local = reg.local(a.name)
+        if local.is_running():
+            cfg = local.config()
+            out(f"cluster '{cfg.name}' already running at {cfg.address}")
             return cfg.public()
-        if a.action == "down":
-            was = reg.local(a.name).down()
-            out(f"cluster '{a.name}' stopped" if was else f"cluster '{a.name}' was not running")
-            return was
-        rows = []
-        for name, cfg in reg.configs().items():
-            status = reg.status(name)
-            rows.append({**cfg.public(), "status": status, "dashboard_url": cfg.address,
-                         "resources": cluster_resources(cfg) if status == "running" else None})
-        if a.json:
-            out(json.dumps(rows, indent=2))
-        else:
-            out("\n".join(f"{r['name']:<14} {r['status']:<12} {r['address']}" for r in rows))
-        return rows
-    if cmd == "setup":
-        from .service import tfenv
+        t0 = time.time()
+        cfg = local.up(num_cpus=a.num_cpus, metrics=a.metrics)
+        out(f"cluster '{cfg.name}' running at {cfg.address} ({time.time() - t0:.1f}s)")
+        if (local.state() or {}).get("metrics_url"):
+            out(f"Ray metrics (Prometheus, no authentication): {local.state()['metrics_url']}")
+        return cfg.public()
+    if a.action == "down":
+        was = reg.local(a.name).down()
+        out(f"cluster '{a.name}' stopped" if was else f"cluster '{a.name}' was not running")
+        return was
+    rows = []
+    for name, cfg in reg.configs().items():
+        status = reg.status(name)
+        rows.append({**cfg.public(), "status": status, "dashboard_url": cfg.address,
+                     "resources": cluster_resources(cfg) if status == "running" else None})
+    if a.json:
+        out(json.dumps(rows, indent=2))
+    else:
+        out("\n".join(f"{r['name']:<14} {r['status']:<12} {r['address']}" for r in rows))
+    return rows
 
-        return str(tfenv.setup(a.path, out=out))
-    raise UsageError(f"unknown command {cmd}")
+
+def _setup(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:
+    from .service import tfenv
+
+    return str(tfenv.setup(a.path, out=out))
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Callable[[str], None], Any], Any]] = {
+    "create": _create, "list": _list, "show": _show, "logs": _logs, "resume": _resume, "cancel": _cancel,
+    "download": _download, "cluster": _cluster, "setup": _setup,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         a = parse(sys.argv[1:] if argv is None else argv)
         d = execute(a, lambda s: print(s, flush=True))
-    except _HelpShown:
+    except HelpShown:
         return 0
     except CleverThisError as e:
         print(f"error: {e.message}", file=sys.stderr)

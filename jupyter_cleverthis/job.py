@@ -79,6 +79,6 @@ class Job:
         return f"Job(name={self.name!r}, cluster={self.cluster!r})"
 
     def _repr_html_(self) -> str:
-        from .cli import progress_line
+        from .text import progress_line
 
         return f"<code>{html.escape(progress_line(self.detail()))}</code>"

@@ -15,9 +15,10 @@ import yaml
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display
 
-from .cli import _HelpShown, build_parser, execute, parse_line, progress_line
+from .cli import HelpShown, build_parser, execute, parse_line
 from .errors import BadRequest, CleverThisError
 from .job import Job, default_service
+from .text import progress_line
 
 
 @magics_class
@@ -32,7 +33,7 @@ class TrainMagics(Magics):
                 print(build_parser("%train").format_help())
                 return None
             return self._line(line)
-        except _HelpShown:
+        except HelpShown:
             return None
         except CleverThisError as e:
             print(f"error: {e.message}")

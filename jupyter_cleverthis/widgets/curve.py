@@ -11,9 +11,9 @@ import time
 import ipywidgets as w
 import plotly.graph_objects as go
 
-from ..cli import fmt_duration
 from ..job import Job, default_service
 from ..service.jobs import JobService
+from ..text import fmt_duration
 from .base import on_kernel_loop
 from .hints import interpret
 

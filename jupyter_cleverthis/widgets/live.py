@@ -9,7 +9,7 @@ from typing import Any
 
 import ipywidgets as w
 
-from ..cli import progress_line
+from ..text import progress_line
 from .base import on_kernel_loop
 
 log = logging.getLogger(__name__)

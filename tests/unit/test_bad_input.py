@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from cleverthis_runtime.data import DatasetError, load_dataset
-from jupyter_cleverthis.cli import UsageError, _HelpShown, parse
+from jupyter_cleverthis.cli import HelpShown as _HelpShown
+from jupyter_cleverthis.cli import UsageError, parse
 from jupyter_cleverthis.errors import CleverThisError, InvalidSpec
 from jupyter_cleverthis.service.jobs import JobService
 from jupyter_cleverthis.spec import NAME_PATTERN, TrainingConfig

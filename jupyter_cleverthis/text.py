@@ -1,0 +1,68 @@
+"""Text renderings of jobs, shared by the console script, the `%train` magic, the job handle and the widgets."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .spec import JobStatus
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def jobs_table(jobs: Sequence[Any]) -> str:
+    rows = [("NAME", "STATUS", "TYPE", "ELAPSED", "OWNER", "MODEL")]
+    for j in jobs:
+        rows.append((j.name, j.status.value, j.job_type or "-", fmt_duration(j.elapsed_s), j.owner or "-",
+                     (j.base_model or "-")[-40:]))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def progress_line(d: Any) -> str:
+    m = d.metrics
+    parts = [f"[{d.name}] {d.status.value}"]
+    if d.phase and d.status == JobStatus.INITIALIZING:
+        parts.append(f"({d.phase})")
+    if m is not None and m.loss is not None:
+        parts.append(f"step {m.step}/{m.total_steps} epoch {m.epoch:.2f} loss {m.loss:.4f}")
+        if m.tokens_per_s:
+            parts.append(f"{m.tokens_per_s:,.0f} tok/s")
+        if m.eta_s is not None:
+            parts.append(f"ETA {fmt_duration(m.eta_s)}")
+    if d.error:
+        parts.append(f"error: {d.error}")
+    return " ".join(parts)
+
+
+def detail_text(d: Any) -> str:
+    lines = [progress_line(d)]
+    for k in ("cluster", "owner", "base_model", "dataset_path", "job_type", "framework", "epochs", "batch_size",
+              "workers"):
+        lines.append(f"  {k}: {getattr(d, k)}")
+    lines.append(f"  elapsed: {fmt_duration(d.elapsed_s)}")
+    if d.checkpoint_dir:
+        lines.append(f"  checkpoints: {d.checkpoint_dir}")
+    for c in d.checkpoints:
+        lines.append(f"    {c.name}: {c.path} (train loss {c.train_loss})")
+    lines.append(f"  ray log: {d.log_url}")
+    return "\n".join(lines)
+
+
+def download_text(res: dict[str, Any]) -> str:
+    lines = [f"{res.get('model')}: {'cached on every node' if res.get('ok') else 'NOT available on every node'}"]
+    if res.get("error"):
+        lines.append(f"  error: {res['error']}")
+    for n in res.get("nodes") or []:
+        where = f"{n.get('hostname') or '?'} ({n.get('node_ip') or '?'})"
+        if n.get("status") == "error":
+            lines.append(f"  {where}: error: {n.get('error')}")
+        else:
+            size = f", {n['bytes'] / 1e9:.2f} GB" if n.get("bytes") else ""
+            lines.append(f"  {where}: {n['status']} {n.get('path')} ({n.get('seconds')}s{size})")
+    return "\n".join(lines)
