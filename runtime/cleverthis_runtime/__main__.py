@@ -15,17 +15,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from . import checkpoints, events
+from .backend import backend_for
 from .data import DatasetError, default_checkpoint_dir, exists, load_dataset, read_training_config
-from .spec import JobSpec, TrainingConfig, format_errors, merge_training_config
+from .spec import JobSpec, format_errors, merge_training_config
 from .triage import classify
 
 
 def prepare(spec: JobSpec, job: str) -> dict[str, Any]:
     """Everything checked before any worker starts; returns the workers' config."""
-    if spec.framework == "tensorflow":  # a local tf-keras model folder (tf_train.py), checked before any worker starts
-        from .tf_train import check_base_model
-
-        check_base_model(spec.base_model)
+    backend_for(spec.framework).check_base_model(spec.base_model)  # before any worker starts
     file_cfg, cfg_path = read_training_config(spec.dataset_path) if exists(spec.dataset_path) else (None, None)
     try:
         tc = merge_training_config(file_cfg, spec.training_config)
@@ -63,19 +61,7 @@ def prepare(spec: JobSpec, job: str) -> dict[str, Any]:
 
 
 def run(spec: JobSpec, job: str) -> None:
-    if spec.framework == "tensorflow":  # TensorflowTrainer, in the TensorFlow environment (tf_train.py)
-        from .tf_train import run_driver
-
-        return run_driver(spec, job, prepare(spec, job))
-    from ray.train.torch import TorchTrainer
-
-    from . import compat
-    from .control import drive
-    from .train import train_loop
-
-    loop_config = prepare(spec, job)
-    drive(TorchTrainer, train_loop, spec, job, loop_config, TrainingConfig.model_validate(loop_config["training_config"]),
-          trainer_kwargs={"torch_config": compat.torch_config()})
+    backend_for(spec.framework).fit(spec, job, prepare(spec, job))
 
 
 def main() -> int:
