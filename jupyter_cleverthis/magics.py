@@ -1,7 +1,7 @@
 """`%train` and `%%train`: the console script's grammar inside a notebook, each answer shown as a widget.
 
     %train --name N --model M --dataset D ...   create; shows a live status line and the loss curve
-    %train list | show N | logs N               JobList / JobDetail / LogStream widgets
+    %train list | show N | logs N               JobList / JobView / LogStream widgets
     %train cancel N | resume N [--epochs K]     returns the Job handle
     %%train [--wait]                            the cell is a YAML or JSON spec (a `training_config`
                                                 mapping inside it is the training config)
@@ -40,7 +40,7 @@ class TrainMagics(Magics):
             return None
 
     def _line(self, line: str) -> Any:
-        from .widgets import JobDetail, JobList, JobProgress, LogStream, LossCurve
+        from .widgets import JobList, JobProgress, JobView, LogStream, LossCurve
 
         a = parse_line(line)
         svc = default_service()
@@ -55,7 +55,7 @@ class TrainMagics(Magics):
             return None
         if cmd == "show" and not a.json:
             job = Job.attach(a.name, cluster=a.cluster, service=svc)
-            display(JobDetail(job, service=svc))
+            display(JobView(job, service=svc))
             return job
         if cmd == "logs":
             job = Job.attach(a.name, cluster=a.cluster, service=svc)

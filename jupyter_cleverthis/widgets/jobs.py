@@ -1,4 +1,4 @@
-"""The notebook widgets: JobList, JobDetail, LogStream and CreateJobForm (one ESM, different views)."""
+"""The notebook widgets: JobList, JobView, LogStream and CreateJobForm (one ESM, different views)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ class JobList(JobsWidget):
         return False
 
 
-class JobDetail(JobsWidget):
-    """One job: status, configuration, elapsed time, why queued, failure and advice, checkpoints, logs."""
+class JobView(JobsWidget):
+    """One job (the widget of the service's JobDetail): status, configuration, elapsed time, why queued, failure and advice, checkpoints, logs."""
 
     interval = 1.0
 

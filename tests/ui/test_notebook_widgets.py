@@ -1,4 +1,4 @@
-"""The notebook widgets in a real JupyterLab: CreateJobForm creates a job, LossCurve and JobDetail follow it."""
+"""The notebook widgets in a real JupyterLab: CreateJobForm creates a job, LossCurve and JobView follow it."""
 
 from __future__ import annotations
 
@@ -27,10 +27,10 @@ pytestmark = pytest.mark.integration
 
 CELLS = [
     "%load_ext jupyter_cleverthis",
-    "from jupyter_cleverthis.widgets import CreateJobForm, LossCurve, JobDetail",
+    "from jupyter_cleverthis.widgets import CreateJobForm, LossCurve, JobView",
     "form = CreateJobForm(); form",
     "LossCurve(form.job)",
-    "JobDetail(form.job)",
+    "JobView(form.job)",
 ]
 BADGE = ".jp-CleverThis-JobDetail-header .jp-CleverThis-badge"
 

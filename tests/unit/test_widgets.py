@@ -11,7 +11,8 @@ from jupyter_cleverthis.job import Job
 from jupyter_cleverthis.service.models import JobDetail as Detail
 from jupyter_cleverthis.service.models import Metrics
 from jupyter_cleverthis.spec import JobSpec, JobStatus
-from jupyter_cleverthis.widgets import CreateJobForm, JobDetail, JobList, LogStream, LossCurve
+from jupyter_cleverthis.widgets import CreateJobForm, JobList, LogStream, LossCurve
+from jupyter_cleverthis.widgets import JobView as JobDetail
 
 
 class FakeService:
@@ -118,3 +119,11 @@ def test_loss_curve_compares_jobs_and_hints(svc):
     assert list(c.figure.data[0].y)[:2] == [3.0, 2.98]
     assert c.hints["a"][0] == "smooth" and c.hints["b"] is None
     assert "a</b> running" in c.status.value and "Loss decreasing smoothly" in c.status.value
+
+
+def test_the_old_widget_name_still_imports_with_a_deprecation_warning():
+    import jupyter_cleverthis.widgets as widgets
+
+    with pytest.warns(DeprecationWarning, match="use JobView"):
+        old = widgets.JobDetail
+    assert old is JobDetail  # JobView, imported under its old name above
