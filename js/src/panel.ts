@@ -6,13 +6,13 @@ import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
-import { launchIcon, refreshIcon } from '@jupyterlab/ui-components';
 
 import { trainingIcon } from './icon';
+import { PanelActions } from './panelActions';
+import { PanelHeader } from './panelHeader';
 import {
   CSS_PREFIX,
   IClusterInfo,
-  ICheckpoint,
   IJobDetail,
   IJobSummary,
   ITransport,
@@ -59,91 +59,46 @@ export class TrainingPanel extends Widget {
     this.title.label = '';
     this.transport = options.transport;
     this._defaultCluster = options.defaultCluster ?? '';
-    this._confirmCancel = options.confirmCancel;
+    this._actions = new PanelActions({
+      transport: this.transport,
+      cluster: () => this._cluster,
+      jobName: () => this._jobName,
+      confirmCancel: options.confirmCancel,
+      showActionError: message => this._showError(message),
+      showJob: name => this.showJob(name),
+      setDetail: job => this.detail.setJob(job),
+      refresh: () => this.refresh()
+    });
     this._onOpenDashboard = options.onOpenDashboard;
 
-    // Header: title, cluster selector, actions.
-    this._clusterSelect = h('select', {
-      class: `jp-mod-styled ${CSS_PREFIX}-clusterSelect`,
-      'aria-label': 'Cluster',
-      title: 'Ray cluster'
-    });
-    this._clusterSelect.addEventListener('change', () => {
-      this._userPicked = true;
-      this.cluster = this._clusterSelect.value || null;
-    });
-    this._clusterStatus = h('span', { class: `${CSS_PREFIX}-clusterStatus` });
-    this._resources = h('div', { class: `${CSS_PREFIX}-resources` });
-    this._error = h('div', { class: `${CSS_PREFIX}-errorBar`, role: 'alert' });
-    this._error.style.display = 'none';
-
-    this._statusFilter = h(
-      'select',
-      { class: `jp-mod-styled ${CSS_PREFIX}-statusFilter`, title: 'Show jobs with this status', 'aria-label': 'Status filter' },
-      ...['', 'queued', 'initializing', 'running', 'succeeded', 'failed', 'cancelled'].map(v =>
-        h('option', { value: v }, v || 'all statuses')
-      )
-    );
-    this._statusFilter.addEventListener('change', () => this.table.setJobs(this._filtered(this._jobs)));
     this._currentUser = options.currentUser;
-    this._mine = h('input', { type: 'checkbox', class: `${CSS_PREFIX}-mineFilter`, 'aria-label': 'Only my jobs' });
-    this._mine.addEventListener('change', () => this.table.setJobs(this._filtered(this._jobs)));
-    const mineLabel = h('label', { class: `${CSS_PREFIX}-mine`, title: 'Show only the jobs you own' }, this._mine, 'Mine');
-    if (!options.currentUser) {
-      mineLabel.style.display = 'none';
-    }
-    const createButton = h(
-      'button',
-      { type: 'button', class: `${CSS_PREFIX}-button jp-mod-accept ${CSS_PREFIX}-createJob`, title: 'Create a training or fine-tuning job' },
-      'Create Job'
-    );
-    createButton.addEventListener('click', () => options.onCreateJob?.());
-    const refreshButton = Private.iconButton(refreshIcon, 'Refresh', () => void this.refresh());
-    refreshButton.classList.add(`${CSS_PREFIX}-refresh`);
-    this._dashboardButton = Private.iconButton(launchIcon, 'Open the Ray dashboard', () => {
-      if (this._cluster) {
-        this._onOpenDashboard?.(this._cluster);
-      }
+    this._header = new PanelHeader({
+      onClusterPicked: name => {
+        this._userPicked = true;
+        this.cluster = name;
+      },
+      onFilterChanged: () => this.table.setJobs(this._filtered(this._jobs)),
+      onRefresh: () => void this.refresh(),
+      onCreateJob: options.onCreateJob,
+      onOpenDashboard: options.onOpenDashboard
+        ? () => {
+            if (this._cluster) {
+              this._onOpenDashboard?.(this._cluster);
+            }
+          }
+        : undefined,
+      showMine: !!options.currentUser
     });
-    this._dashboardButton.classList.add(`${CSS_PREFIX}-dashboard`);
-    if (!options.onOpenDashboard) {
-      this._dashboardButton.style.display = 'none';
-    }
-
-    const header = h(
-      'div',
-      { class: `${CSS_PREFIX}-header` },
-      h('h2', { class: `${CSS_PREFIX}-title` }, 'Training'),
-      h(
-        'div',
-        { class: `${CSS_PREFIX}-clusterRow` },
-        h('label', { class: `${CSS_PREFIX}-label` }, 'Cluster'),
-        this._clusterStatus,
-        this._clusterSelect
-      ),
-      this._resources,
-      h(
-        'div',
-        { class: `${CSS_PREFIX}-toolbar` },
-        createButton,
-        this._statusFilter,
-        mineLabel,
-        h('span', { class: `${CSS_PREFIX}-spacer` }),
-        refreshButton,
-        this._dashboardButton
-      ),
-      this._error
-    );
 
     this.table = new JobTable({ onSelect: job => this.showJob(job.name) });
     this.detail = new JobDetailView({
       onBack: () => this.showList(),
-      onCancel: job => this._cancel(job),
-      onResume: (job, checkpoint) => this._resume(job, checkpoint),
-      onOpenTensorBoard: this.transport.openTensorBoard ? job => this._openTensorBoard(job) : undefined
+      onCancel: job => this._actions.cancel(job),
+      onResume: (job, checkpoint) => this._actions.resume(job, checkpoint),
+      onOpenTensorBoard: this.transport.openTensorBoard ? job => this._actions.openTensorBoard(job) : undefined
     });
     this._body = h('div', { class: `${CSS_PREFIX}-body` }, this.table.node, this.detail.node);
-    this.node.append(header, this._body);
+    this.node.append(this._header.node, this._body);
     this._applyView();
 
     this._poll = new Poll({
@@ -186,7 +141,7 @@ export class TrainingPanel extends Widget {
     }
     this._cluster = name;
     this._generation++;
-    this._clusterSelect.value = name ?? '';
+    this._header.clusterSelect.value = name ?? '';
     this._updateClusterInfo();
     this.table.setJobs([]);
     this.showList();
@@ -357,13 +312,7 @@ export class TrainingPanel extends Widget {
   private _setClusters(clusters: IClusterInfo[]): void {
     this._clusters = clusters;
     const names = clusters.map(c => c.name);
-    const options = clusters.map(c =>
-      h('option', { value: c.name }, c.status ? `${c.name} (${c.status})` : c.name)
-    );
-    if (!clusters.length) {
-      options.push(h('option', { value: '', disabled: true }, 'No clusters'));
-    }
-    this._clusterSelect.replaceChildren(...options);
+    this._header.setClusters(clusters);
     let selected = this._cluster;
     if (!selected || !names.includes(selected)) {
       selected = names.includes(this._defaultCluster) ? this._defaultCluster : (names[0] ?? null);
@@ -371,76 +320,18 @@ export class TrainingPanel extends Widget {
     if (selected !== this._cluster) {
       this.cluster = selected;
     }
-    this._clusterSelect.value = selected ?? '';
+    this._header.clusterSelect.value = selected ?? '';
     this._updateClusterInfo();
   }
 
   private _updateClusterInfo(): void {
-    const info = this._clusters.find(c => c.name === this._cluster);
-    const status = info?.status ?? 'unknown';
-    this._clusterStatus.className = `${CSS_PREFIX}-clusterStatus ${CSS_PREFIX}-clusterStatus-${String(status).replace(/[^a-z0-9_-]/gi, '')}`;
-    this._clusterStatus.title = `Cluster status: ${status}`;
-    this._clusterStatus.dataset.status = String(status);
-    this._dashboardButton.disabled = !this._cluster;
-    const resources = info?.resources ?? {};
-    const parts = Object.entries(resources)
-      .filter(([, r]) => r && typeof r.total === 'number')
-      .map(([name, r]) => `${name} ${Private.compact(r.free)}/${Private.compact(r.total)} free`);
-    this._resources.textContent = info ? [info.address, ...parts].filter(Boolean).join(' \u00b7 ') : '';
-  }
-
-  private async _resume(job: IJobDetail, checkpoint?: ICheckpoint): Promise<void> {
-    try {
-      const created = await this.transport.resumeJob(
-        job.cluster || this._cluster || '',
-        job.name,
-        checkpoint ? { checkpoint: checkpoint.name } : {}
-      );
-      this._showError(null);
-      this.showJob(created.name);
-    } catch (err) {
-      this._showError(`Cannot resume ${job.name}: ${errorMessage(err)}`);
-    }
-  }
-
-  /** A new tab at once (still the user's click, so no popup blocker), sent to the TensorBoard once it runs. */
-  private async _openTensorBoard(job: IJobDetail): Promise<void> {
-    const tab = window.open('', '_blank');
-    try {
-      const tb = await this.transport.openTensorBoard!(job.cluster || this._cluster || '', job.name);
-      if (tab) {
-        tab.opener = null;
-        tab.location.href = tb.url;
-      } else {
-        window.open(tb.url, '_blank', 'noopener');
-      }
-      this._showError(null);
-    } catch (err) {
-      tab?.close();
-      this._showError(`Cannot open TensorBoard for ${job.name}: ${errorMessage(err)}`);
-    }
+    this._header.showCluster(this._cluster, this._clusters.find(c => c.name === this._cluster));
   }
 
   private _filtered(jobs: IJobSummary[]): IJobSummary[] {
-    const status = this._statusFilter.value;
-    const me = this._mine.checked ? this._currentUser?.() : undefined;
+    const status = this._header.statusFilter.value;
+    const me = this._header.mine.checked ? this._currentUser?.() : undefined;
     return jobs.filter(j => (!status || j.status === status) && (!me || j.owner === me));
-  }
-
-  private async _cancel(job: IJobDetail): Promise<void> {
-    if (this._confirmCancel && !(await this._confirmCancel(job))) {
-      return;
-    }
-    try {
-      const updated = await this.transport.cancelJob(job.cluster || this._cluster || '', job.name);
-      if (this._jobName === updated.name) {
-        this.detail.setJob(updated);
-      }
-      this._showError(null);
-    } catch (err) {
-      this._showError(`Cannot cancel ${job.name}: ${errorMessage(err)}`);
-    }
-    void this.refresh();
   }
 
   /**
@@ -452,8 +343,7 @@ export class TrainingPanel extends Widget {
       return;
     }
     this._errorFromRefresh = fromRefresh;
-    this._error.textContent = message ?? '';
-    this._error.style.display = message ? '' : 'none';
+    this._header.showError(message);
   }
 
   private _applyView(): void {
@@ -468,8 +358,6 @@ export class TrainingPanel extends Widget {
 
   private _cluster: string | null = null;
   private _jobs: IJobSummary[] = [];
-  private readonly _statusFilter: HTMLSelectElement;
-  private readonly _mine: HTMLInputElement;
   private _errorFromRefresh = false;
   private readonly _currentUser?: () => string | undefined;
   private _clusters: IClusterInfo[] = [];
@@ -484,12 +372,8 @@ export class TrainingPanel extends Widget {
   private _clusterChanged = new Signal<this, string | null>(this);
   private readonly _poll: Poll;
   private readonly _body: HTMLDivElement;
-  private readonly _clusterSelect: HTMLSelectElement;
-  private readonly _clusterStatus: HTMLSpanElement;
-  private readonly _resources: HTMLDivElement;
-  private readonly _error: HTMLDivElement;
-  private readonly _dashboardButton: HTMLButtonElement;
-  private readonly _confirmCancel?: (job: IJobDetail) => Promise<boolean>;
+  private readonly _header: PanelHeader;
+  private readonly _actions: PanelActions;
   private readonly _onOpenDashboard?: (cluster: string) => void;
 }
 
@@ -498,31 +382,4 @@ namespace Private {
     const s = Number.isFinite(seconds) && seconds > 0 ? seconds : DEFAULT_REFRESH_INTERVAL;
     return Math.max(500, Math.round(s * 1000));
   }
-
-  export function compact(n: number): string {
-    if (!Number.isFinite(n)) {
-      return '?';
-    }
-    if (Math.abs(n) >= 1024 ** 3) {
-      return `${(n / 1024 ** 3).toFixed(1)}G`;
-    }
-    return Number.isInteger(n) ? String(n) : n.toFixed(1);
-  }
-
-  export function iconButton(
-    icon: { element(props: { tag: 'span'; className?: string }): HTMLElement },
-    title: string,
-    onClick: () => void
-  ): HTMLButtonElement {
-    const button = h('button', {
-      type: 'button',
-      class: `${CSS_PREFIX}-iconButton jp-ToolbarButtonComponent`,
-      title,
-      'aria-label': title
-    });
-    button.appendChild(icon.element({ tag: 'span', className: `${CSS_PREFIX}-icon` }));
-    button.addEventListener('click', onClick);
-    return button;
-  }
-
 }

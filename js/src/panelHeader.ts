@@ -1,0 +1,161 @@
+/**
+ * The Training panel's header: title, cluster selector with the cluster's
+ * status and resources, the toolbar (Create Job, status filter, "Mine",
+ * refresh, dashboard) and the error bar.  DOM only; `panel.ts` wires it.
+ */
+import { launchIcon, refreshIcon } from '@jupyterlab/ui-components';
+
+import { CSS_PREFIX, IClusterInfo, JOB_STATUSES, h } from './shared';
+
+/** Options of {@link PanelHeader}. */
+export interface IPanelHeaderOptions {
+  /** The user picked a cluster in the selector. */
+  onClusterPicked: (name: string | null) => void;
+  /** The status filter or "Mine" changed. */
+  onFilterChanged: () => void;
+  /** The refresh button. */
+  onRefresh: () => void;
+  /** The Create Job button. */
+  onCreateJob?: () => void;
+  /** The dashboard button; hidden when omitted. */
+  onOpenDashboard?: () => void;
+  /** Show the "Mine" filter. */
+  showMine: boolean;
+}
+
+export class PanelHeader {
+  constructor(options: IPanelHeaderOptions) {
+    this.clusterSelect = h('select', {
+      class: `jp-mod-styled ${CSS_PREFIX}-clusterSelect`,
+      'aria-label': 'Cluster',
+      title: 'Ray cluster'
+    });
+    this.clusterSelect.addEventListener('change', () => options.onClusterPicked(this.clusterSelect.value || null));
+    this._clusterStatus = h('span', { class: `${CSS_PREFIX}-clusterStatus` });
+    this._resources = h('div', { class: `${CSS_PREFIX}-resources` });
+    this._error = h('div', { class: `${CSS_PREFIX}-errorBar`, role: 'alert' });
+    this._error.style.display = 'none';
+
+    this.statusFilter = h(
+      'select',
+      { class: `jp-mod-styled ${CSS_PREFIX}-statusFilter`, title: 'Show jobs with this status', 'aria-label': 'Status filter' },
+      ...['', ...JOB_STATUSES].map(v => h('option', { value: v }, v || 'all statuses'))
+    );
+    this.statusFilter.addEventListener('change', options.onFilterChanged);
+    this.mine = h('input', { type: 'checkbox', class: `${CSS_PREFIX}-mineFilter`, 'aria-label': 'Only my jobs' });
+    this.mine.addEventListener('change', options.onFilterChanged);
+    const mineLabel = h('label', { class: `${CSS_PREFIX}-mine`, title: 'Show only the jobs you own' }, this.mine, 'Mine');
+    if (!options.showMine) {
+      mineLabel.style.display = 'none';
+    }
+    const createButton = h(
+      'button',
+      { type: 'button', class: `${CSS_PREFIX}-button jp-mod-accept ${CSS_PREFIX}-createJob`, title: 'Create a training or fine-tuning job' },
+      'Create Job'
+    );
+    createButton.addEventListener('click', () => options.onCreateJob?.());
+    const refreshButton = Private.iconButton(refreshIcon, 'Refresh', options.onRefresh);
+    refreshButton.classList.add(`${CSS_PREFIX}-refresh`);
+    this._dashboardButton = Private.iconButton(launchIcon, 'Open the Ray dashboard', () => options.onOpenDashboard?.());
+    this._dashboardButton.classList.add(`${CSS_PREFIX}-dashboard`);
+    if (!options.onOpenDashboard) {
+      this._dashboardButton.style.display = 'none';
+    }
+
+    this.node = h(
+      'div',
+      { class: `${CSS_PREFIX}-header` },
+      h('h2', { class: `${CSS_PREFIX}-title` }, 'Training'),
+      h(
+        'div',
+        { class: `${CSS_PREFIX}-clusterRow` },
+        h('label', { class: `${CSS_PREFIX}-label` }, 'Cluster'),
+        this._clusterStatus,
+        this.clusterSelect
+      ),
+      this._resources,
+      h(
+        'div',
+        { class: `${CSS_PREFIX}-toolbar` },
+        createButton,
+        this.statusFilter,
+        mineLabel,
+        h('span', { class: `${CSS_PREFIX}-spacer` }),
+        refreshButton,
+        this._dashboardButton
+      ),
+      this._error
+    );
+  }
+
+  /** The root element. */
+  readonly node: HTMLDivElement;
+  /** The cluster selector. */
+  readonly clusterSelect: HTMLSelectElement;
+  /** The status filter ('' for all). */
+  readonly statusFilter: HTMLSelectElement;
+  /** The "Mine" checkbox. */
+  readonly mine: HTMLInputElement;
+
+  /** List the clusters in the selector ("No clusters" when there are none). */
+  setClusters(clusters: readonly IClusterInfo[]): void {
+    const options = clusters.map(c => h('option', { value: c.name }, c.status ? `${c.name} (${c.status})` : c.name));
+    if (!clusters.length) {
+      options.push(h('option', { value: '', disabled: true }, 'No clusters'));
+    }
+    this.clusterSelect.replaceChildren(...options);
+  }
+
+  /** Show the selected cluster's status, address and free resources (`info` absent: unknown). */
+  showCluster(selected: string | null, info: IClusterInfo | undefined): void {
+    const status = info?.status ?? 'unknown';
+    this._clusterStatus.className = `${CSS_PREFIX}-clusterStatus ${CSS_PREFIX}-clusterStatus-${String(status).replace(/[^a-z0-9_-]/gi, '')}`;
+    this._clusterStatus.title = `Cluster status: ${status}`;
+    this._clusterStatus.dataset.status = String(status);
+    this._dashboardButton.disabled = !selected;
+    const resources = info?.resources ?? {};
+    const parts = Object.entries(resources)
+      .filter(([, r]) => r && typeof r.total === 'number')
+      .map(([name, r]) => `${name} ${Private.compact(r.free)}/${Private.compact(r.total)} free`);
+    this._resources.textContent = info ? [info.address, ...parts].filter(Boolean).join(' \u00b7 ') : '';
+  }
+
+  /** Show (or hide, with null) the error bar. */
+  showError(message: string | null): void {
+    this._error.textContent = message ?? '';
+    this._error.style.display = message ? '' : 'none';
+  }
+
+  private readonly _clusterStatus: HTMLSpanElement;
+  private readonly _resources: HTMLDivElement;
+  private readonly _error: HTMLDivElement;
+  private readonly _dashboardButton: HTMLButtonElement;
+}
+
+namespace Private {
+  export function compact(n: number): string {
+    if (!Number.isFinite(n)) {
+      return '?';
+    }
+    if (Math.abs(n) >= 1024 ** 3) {
+      return `${(n / 1024 ** 3).toFixed(1)}G`;
+    }
+    return Number.isInteger(n) ? String(n) : n.toFixed(1);
+  }
+
+  export function iconButton(
+    icon: { element(props: { tag: 'span'; className?: string }): HTMLElement },
+    title: string,
+    onClick: () => void
+  ): HTMLButtonElement {
+    const button = h('button', {
+      type: 'button',
+      class: `${CSS_PREFIX}-iconButton jp-ToolbarButtonComponent`,
+      title,
+      'aria-label': title
+    });
+    button.appendChild(icon.element({ tag: 'span', className: `${CSS_PREFIX}-icon` }));
+    button.addEventListener('click', onClick);
+    return button;
+  }
+}
