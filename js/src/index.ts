@@ -65,6 +65,25 @@ const plugin: JupyterFrontEndPlugin<void> = {
       restorer.add(panel, panel.id);
     }
 
+    Private.addCommands(app, panel, transport);
+    if (palette) {
+      for (const command of [CommandIDs.createJob, CommandIDs.refresh, CommandIDs.openDashboard]) {
+        palette.addItem({ command, category: CATEGORY });
+      }
+    }
+    if (settingRegistry) {
+      Private.followSettings(app, settingRegistry, panel);
+    }
+  }
+};
+
+export default plugin;
+
+namespace Private {
+  /** The plugin's commands: Create Job, Refresh and Open Ray Dashboard. */
+  export function addCommands(app: JupyterFrontEnd, panel: TrainingPanel, transport: RestTransport): void {
+    const { commands, shell } = app;
+    const serverSettings = app.serviceManager.serverSettings;
     commands.addCommand(CommandIDs.createJob, {
       label: 'Create Training Job\u2026',
       caption: 'Create a training or fine-tuning job on the selected cluster',
@@ -106,41 +125,32 @@ const plugin: JupyterFrontEndPlugin<void> = {
           await showErrorMessage('No cluster', 'No Ray cluster is selected.');
           return null;
         }
-        const url = Private.dashboardUrl(serverSettings.baseUrl, cluster);
+        const url = dashboardUrl(serverSettings.baseUrl, cluster);
         window.open(url, '_blank', 'noopener');
         return url;
       }
     });
-
-    if (palette) {
-      for (const command of [CommandIDs.createJob, CommandIDs.refresh, CommandIDs.openDashboard]) {
-        palette.addItem({ command, category: CATEGORY });
-      }
-    }
-
-    if (settingRegistry) {
-      const apply = (settings: ISettingRegistry.ISettings) => {
-        const interval = settings.get('refreshInterval').composite;
-        const cluster = settings.get('defaultCluster').composite;
-        panel.refreshInterval =
-          typeof interval === 'number' && interval > 0 ? interval : DEFAULT_REFRESH_INTERVAL;
-        panel.defaultCluster = typeof cluster === 'string' ? cluster : '';
-      };
-      Promise.all([settingRegistry.load(PLUGIN_ID), app.restored])
-        .then(([settings]) => {
-          apply(settings);
-          settings.changed.connect(apply);
-        })
-        .catch(reason => {
-          console.error(`${PLUGIN_ID}: cannot load the settings.`, reason);
-        });
-    }
   }
-};
 
-export default plugin;
+  /** Apply the `refreshInterval` and `defaultCluster` settings, now and on each change. */
+  export function followSettings(app: JupyterFrontEnd, settingRegistry: ISettingRegistry, panel: TrainingPanel): void {
+    const apply = (settings: ISettingRegistry.ISettings) => {
+      const interval = settings.get('refreshInterval').composite;
+      const cluster = settings.get('defaultCluster').composite;
+      panel.refreshInterval =
+        typeof interval === 'number' && interval > 0 ? interval : DEFAULT_REFRESH_INTERVAL;
+      panel.defaultCluster = typeof cluster === 'string' ? cluster : '';
+    };
+    Promise.all([settingRegistry.load(PLUGIN_ID), app.restored])
+      .then(([settings]) => {
+        apply(settings);
+        settings.changed.connect(apply);
+      })
+      .catch(reason => {
+        console.error(`${PLUGIN_ID}: cannot load the settings.`, reason);
+      });
+  }
 
-namespace Private {
   /** `<baseUrl>cleverthis/proxy/<cluster>/` */
   export function dashboardUrl(baseUrl: string, cluster: string): string {
     return URLExt.join(baseUrl, 'cleverthis/proxy', encodeURIComponent(cluster)) + '/';

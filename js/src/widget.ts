@@ -7,508 +7,213 @@
  * "logs" | "create"), `logs` (string); optional `schema` (the `GET /schema`
  * answer, needed by "create"), `cluster` (string) and `error` (string, shown
  * in the error bar).
- * The front-end writes `view` and sends actions with `model.send(...)`:
- *
- *   {action: "select", name}          a row was clicked (view set to "detail")
- *   {action: "cancel", name}          Cancel button
- *   {action: "logs", name}            the logs of `name` are wanted
- *   {action: "refresh"}               refresh jobs / detail now
- *   {action: "create", spec}          create a job from a spec
- *
- * Every action also carries `request_id`; the kernel may answer with a custom
- * message `{reply_to: request_id, ok: bool, result?, error?: {code, message,
- * details}}`, otherwise the transport settles on the next matching traitlet
- * change (or after a timeout, with the current state).
+ * The front-end writes `view` and sends actions with `model.send(...)`
+ * (`modelTransport.ts` lists them).
  */
 import '../style/base.css';
 
+import { IAnyModel, ModelTransport } from './modelTransport';
 import {
   CSS_PREFIX,
-  CreateJobForm,
-  IClusterInfo,
-  IEventsPage,
+  ICheckpoint,
   IJobDetail,
-  IJobEvent,
-  IJobSpec,
   IJobSummary,
-  IResumeOptions,
-  ISchemaBundle,
-  ITransport,
   JobDetailView,
   JobTable,
   LogView,
   LossCurve,
-  TransportError,
   errorMessage,
-  summaryAsDetail,
-  h
+  h,
+  summaryAsDetail
 } from './shared';
+import { WidgetCreatePane } from './widgetCreatePane';
 
-/** The part of the anywidget model API used here. */
-export interface IAnyModel {
-  get(name: string): any;
-  set(name: string, value: unknown): void;
-  save_changes(): void;
-  on(event: string, callback: (...args: any[]) => void): void;
-  off(event?: string | null, callback?: ((...args: any[]) => void) | null): void;
-  send(content: unknown, callbacks?: unknown, buffers?: unknown[]): void;
-}
+export type { IAnyModel } from './modelTransport';
+export { ModelTransport } from './modelTransport';
 
 /** Views selectable with the `view` traitlet. */
 export type WidgetView = 'list' | 'detail' | 'curve' | 'logs' | 'create';
 
 const VIEWS: readonly WidgetView[] = ['list', 'detail', 'curve', 'logs', 'create'];
 
-/** Default time to wait for the kernel to answer an action, in ms. */
-const REPLY_TIMEOUT_MS = 15_000;
-
-/**
- * Time to wait for the kernel to confirm a new job, in ms: the kernel runs the
- * pre-flight check on the cluster (a short Ray job, up to 120 s) before it
- * submits, which often takes longer than {@link REPLY_TIMEOUT_MS}.
- */
-const CREATE_TIMEOUT_MS = 180_000;
-
-/** `ITransport` over an anywidget model. */
-export class ModelTransport implements ITransport {
+/** The widget's views over one model, following its traitlets. */
+class WidgetRenderer {
   constructor(
     readonly model: IAnyModel,
-    readonly timeoutMs: number = REPLY_TIMEOUT_MS,
-    readonly createTimeoutMs: number = Math.max(timeoutMs, CREATE_TIMEOUT_MS)
+    el: HTMLElement
   ) {
-    model.on('msg:custom', this._onCustom);
-  }
-
-  jobs(): IJobSummary[] {
-    const jobs = this.model.get('jobs');
-    return Array.isArray(jobs) ? (jobs as IJobSummary[]) : [];
-  }
-
-  detail(): IJobDetail | null {
-    const detail = this.model.get('detail');
-    return detail && typeof detail === 'object' ? (detail as IJobDetail) : null;
-  }
-
-  events(): IJobEvent[] {
-    const events = this.model.get('events');
-    return Array.isArray(events) ? (events as IJobEvent[]) : [];
-  }
-
-  /** The widget's cluster (`cluster` traitlet), if any. */
-  cluster(): string {
-    const cluster = this.model.get('cluster');
-    return typeof cluster === 'string' ? cluster : '';
-  }
-
-  async listClusters(): Promise<IClusterInfo[]> {
-    const names = new Set<string>();
-    if (this.cluster()) {
-      names.add(this.cluster());
+    this.transport = new ModelTransport(model);
+    this._status.style.display = 'none';
+    this.table = new JobTable({ fallbackHeight: 320, onSelect: job => this._select(job) });
+    this.detail = new JobDetailView({
+      onBack: () => this._setView('list'),
+      onCancel: job => this._cancel(job),
+      onResume: (job, checkpoint) => this._resume(job, checkpoint)
+    });
+    this.create = new WidgetCreatePane(this.transport, created => {
+      this.detail.setJob(created);
+      this._setView('detail');
+    });
+    this._panes = {
+      list: this.table.node,
+      detail: this.detail.node,
+      curve: this.curve.node,
+      logs: this.logs.node,
+      create: this.create.node
+    };
+    this._root.append(this._status, this.table.node, this.detail.node, this.curve.node, this.logs.node, this.create.node);
+    el.appendChild(this._root);
+    this._listeners = [
+      ['change:jobs', () => this._onJobs()],
+      ['change:detail', () => this._onDetail()],
+      ['change:events', () => this._onEvents()],
+      ['change:logs', () => this._onLogs()],
+      ['change:view', () => this._apply()],
+      ['change:schema', () => this.create.onSchema()],
+      ['change:cluster', () => this.create.onCluster()],
+      ['change:error', () => this._showError(this._localError)]
+    ];
+    for (const [event, callback] of this._listeners) {
+      model.on(event, callback);
     }
-    for (const job of this.jobs()) {
-      if (job.cluster) {
-        names.add(job.cluster);
-      }
-    }
-    return [...names].map(name => ({ name, address: '', status: 'running', managed: false, resources: {} }));
+    this._onJobs();
+    this._onDetail();
+    this._onEvents();
+    this._onLogs();
+    this.create.onSchema();
+    this._showError(null);
+    this._apply();
+    // Keep the elapsed times moving between kernel updates.
+    this._timer = setInterval(() => this._tick(), 1000);
   }
 
-  async listJobs(cluster: string): Promise<IJobSummary[]> {
-    return this.jobs().filter(j => !cluster || !j.cluster || j.cluster === cluster);
-  }
-
-  async getJob(cluster: string, name: string): Promise<IJobDetail> {
-    const current = this.detail();
-    if (current?.name === name) {
-      return current;
-    }
-    const reply = await this._request(
-      { action: 'select', name, cluster },
-      () => (this.detail()?.name === name ? this.detail() : undefined),
-      ['change:detail']
-    );
-    const detail = (reply as IJobDetail | undefined) ?? this.detail();
-    if (!detail || detail.name !== name) {
-      throw new TransportError(`Job ${name} is not available`, 404, 'not_found');
-    }
-    return detail;
-  }
-
-  async createJob(cluster: string, spec: IJobSpec): Promise<IJobDetail> {
-    const name = spec.name;
-    const reply = await this._request(
-      { action: 'create', spec: { ...spec, cluster } },
-      () => {
-        const detail = this.detail();
-        if (name && detail?.name === name) {
-          return detail;
-        }
-        const job = name ? this.jobs().find(j => j.name === name) : undefined;
-        return job ? summaryAsDetail(job) : undefined;
-      },
-      ['change:detail', 'change:jobs'],
-      false,
-      this.createTimeoutMs
-    );
-    if (!reply) {
-      throw new TransportError('The kernel did not confirm the new job', 0, 'timeout');
-    }
-    return reply as IJobDetail;
-  }
-
-  async cancelJob(cluster: string, name: string): Promise<IJobDetail> {
-    const reply = await this._request(
-      { action: 'cancel', name, cluster },
-      () => {
-        const detail = this.detail();
-        return detail?.name === name ? detail : undefined;
-      },
-      ['change:detail', 'change:jobs'],
-      true
-    );
-    const detail = (reply as IJobDetail | undefined) ?? this.detail();
-    if (detail && detail.name === name) {
-      return detail;
-    }
-    const job = this.jobs().find(j => j.name === name);
-    if (job) {
-      return summaryAsDetail(job);
-    }
-    throw new TransportError(`Job ${name} is not available`, 404, 'not_found');
-  }
-
-  async resumeJob(cluster: string, name: string, options: IResumeOptions = {}): Promise<IJobDetail> {
-    const reply = await this._request({ action: 'resume', name, cluster, ...options }, () => undefined, []);
-    if (!reply) {
-      throw new TransportError('The kernel did not confirm the resumed job', 0, 'timeout');
-    }
-    return reply as IJobDetail;
-  }
-
-  async planJob(cluster: string, spec: IJobSpec): Promise<Record<string, unknown>> {
-    const reply = await this._request({ action: 'plan', spec: { ...spec, cluster } }, () => undefined, []);
-    if (!reply) {
-      throw new TransportError('The kernel did not answer the pre-flight check', 0, 'timeout');
-    }
-    return reply as Record<string, unknown>;
-  }
-
-  async getLogs(cluster: string, name: string): Promise<string> {
-    const logs = this.model.get('logs');
-    if (typeof logs === 'string' && logs) {
-      return logs;
-    }
-    this._send({ action: 'logs', name, cluster });
-    return typeof logs === 'string' ? logs : '';
-  }
-
-  /** Same contract as the REST API: events with index `i` > since; `next` is the last index. */
-  async getEvents(cluster: string, name: string, since: number): Promise<IEventsPage> {
-    const indexed = this.events().map((e, pos) => ({ e, i: typeof e.i === 'number' ? e.i : pos + 1 }));
-    const newer = indexed.filter(x => x.i > since);
-    return { events: newer.map(x => x.e), next: newer.length ? newer[newer.length - 1].i : since };
-  }
-
-  async getSchema(): Promise<ISchemaBundle> {
-    const schema = this.model.get('schema');
-    if (schema && typeof schema === 'object' && (schema as ISchemaBundle).job_spec) {
-      return schema as ISchemaBundle;
-    }
-    throw new TransportError('The job schema is not available in this widget', 0, 'unsupported');
-  }
-
-  /** Ask the kernel to refresh. */
-  refresh(): void {
-    this._send({ action: 'refresh' });
-  }
-
-  /** Send an action (a `request_id` is added). Returns the id. */
-  send(content: Record<string, unknown>): string {
-    return this._send(content);
-  }
+  readonly transport: ModelTransport;
+  readonly table: JobTable;
+  readonly detail: JobDetailView;
+  readonly curve = new LossCurve({ height: 280 });
+  readonly logs = new LogView();
+  readonly create: WidgetCreatePane;
 
   dispose(): void {
-    this.model.off('msg:custom', this._onCustom);
-    for (const pending of this._pending.values()) {
-      pending.settle(undefined);
+    clearInterval(this._timer);
+    for (const [event, callback] of this._listeners) {
+      this.model.off(event, callback);
     }
-    this._pending.clear();
+    this.transport.dispose();
+    this.table.dispose();
+    this.detail.dispose();
+    this.curve.dispose();
+    this.logs.dispose();
+    this._root.remove();
   }
 
-  private _send(content: Record<string, unknown>): string {
-    const id = `${Date.now().toString(36)}-${(this._counter++).toString(36)}`;
-    this.model.send({ ...content, request_id: id });
-    return id;
+  private _showError(message: string | null): void {
+    this._localError = message;
+    const kernelError = this.model.get('error');
+    const text = [this._localError, typeof kernelError === 'string' ? kernelError : '']
+      .filter(Boolean)
+      .join('\n');
+    this._status.textContent = text;
+    this._status.style.display = text ? '' : 'none';
   }
 
-  /**
-   * Send an action and settle on the kernel's reply, on the first state
-   * change for which `check` returns a value, or after `timeoutMs` (undefined,
-   * or `check()` when `settleOnTimeout`).
-   */
-  private _request(
-    content: Record<string, unknown>,
-    check: () => unknown,
-    events: string[],
-    settleOnTimeout = false,
-    timeoutMs = this.timeoutMs
-  ): Promise<unknown> {
-    return new Promise((resolve, reject) => {
-      let id = '';
-      const cleanup = () => {
-        clearTimeout(timer);
-        for (const event of events) {
-          this.model.off(event, onChange);
-        }
-        this._pending.delete(id);
-      };
-      const onChange = () => {
-        const value = check();
-        if (value !== undefined) {
-          cleanup();
-          resolve(value);
-        }
-      };
-      const timer = setTimeout(() => {
-        cleanup();
-        resolve(settleOnTimeout ? check() : undefined);
-      }, timeoutMs);
-      for (const event of events) {
-        this.model.on(event, onChange);
-      }
-      id = this._send(content);
-      this._pending.set(id, {
-        settle: value => {
-          cleanup();
-          resolve(value);
-        },
-        fail: err => {
-          cleanup();
-          reject(err);
-        }
-      });
-    });
+  private _setView(view: WidgetView): void {
+    this.model.set('view', view);
+    this.model.save_changes();
+    this._apply();
   }
 
-  private _onCustom = (msg: unknown): void => {
-    if (!msg || typeof msg !== 'object') {
-      return;
+  private _currentView(): WidgetView {
+    const view = this.model.get('view');
+    return (VIEWS as readonly string[]).includes(view) ? (view as WidgetView) : 'list';
+  }
+
+  private _apply(): void {
+    const view = this._currentView();
+    this._root.dataset.view = view;
+    for (const key of VIEWS) {
+      this._panes[key].style.display = key === view ? '' : 'none';
     }
-    const m = msg as { reply_to?: unknown; ok?: unknown; result?: unknown; error?: unknown };
-    if (typeof m.reply_to !== 'string') {
-      return;
+    if (view === 'list') {
+      this.table.render();
     }
-    const pending = this._pending.get(m.reply_to);
-    if (!pending) {
-      return;
+  }
+
+  private _tick(): void {
+    const view = this._currentView();
+    if (view === 'list') {
+      this.table.render();
+    } else if (view === 'detail' && this.detail.job) {
+      this.detail.setJob(this.detail.job);
     }
-    if (m.ok === false) {
-      const error = (m.error ?? {}) as { status?: unknown };
-      pending.fail(
-        TransportError.fromBody(typeof error.status === 'number' ? error.status : 400, m.error, 'The kernel rejected the request')
-      );
+  }
+
+  private _select(job: IJobSummary): void {
+    this.transport.send({ action: 'select', name: job.name, cluster: job.cluster });
+    const known = this.transport.detail();
+    if (!known || known.name !== job.name) {
+      this.detail.setJob(summaryAsDetail(job));
+    }
+    this._setView('detail');
+  }
+
+  private async _cancel(job: IJobDetail): Promise<void> {
+    try {
+      await this.transport.cancelJob(job.cluster, job.name);
+      this._showError(null);
+    } catch (err) {
+      this._showError(`Cannot cancel ${job.name}: ${errorMessage(err)}`);
+    }
+  }
+
+  private async _resume(job: IJobDetail, checkpoint?: ICheckpoint): Promise<void> {
+    try {
+      await this.transport.resumeJob(job.cluster, job.name, checkpoint ? { checkpoint: checkpoint.name } : {});
+      this._showError(null);
+    } catch (err) {
+      this._showError(`Cannot resume ${job.name}: ${errorMessage(err)}`);
+    }
+  }
+
+  private _onJobs(): void {
+    this.table.setJobs(this.transport.jobs());
+  }
+
+  private _onDetail(): void {
+    const value = this.transport.detail();
+    if (value) {
+      this.detail.setJob(value);
+      this.table.selectedName = value.name;
     } else {
-      pending.settle(m.result);
+      this.detail.setJob(null);
     }
-  };
+  }
 
-  private _counter = 0;
-  private _pending = new Map<string, { settle: (value: unknown) => void; fail: (err: unknown) => void }>();
+  private _onEvents(): void {
+    const events = this.transport.events();
+    void this.detail.setEvents(events);
+    void this.curve.setEvents(events);
+  }
+
+  private _onLogs(): void {
+    const text = this.model.get('logs');
+    const value = typeof text === 'string' ? text : '';
+    this.detail.setLogs(value);
+    this.logs.setText(value);
+  }
+
+  private _localError: string | null = null;
+  private readonly _root = h('div', { class: `${CSS_PREFIX}-widget` });
+  private readonly _status = h('div', { class: `${CSS_PREFIX}-errorBar`, role: 'alert' });
+  private readonly _panes: Record<WidgetView, HTMLElement>;
+  private readonly _listeners: [string, () => void][];
+  private readonly _timer: ReturnType<typeof setInterval>;
 }
 
 /** Render the widget into `el`; returns the cleanup function. */
 export function renderWidget(model: IAnyModel, el: HTMLElement): () => void {
-  const transport = new ModelTransport(model);
-  const root = h('div', { class: `${CSS_PREFIX}-widget` });
-  const status = h('div', { class: `${CSS_PREFIX}-errorBar`, role: 'alert' });
-  status.style.display = 'none';
-  let localError: string | null = null;
-  const showError = (message: string | null) => {
-    localError = message;
-    const kernelError = model.get('error');
-    const text = [localError, typeof kernelError === 'string' ? kernelError : '']
-      .filter(Boolean)
-      .join('\n');
-    status.textContent = text;
-    status.style.display = text ? '' : 'none';
-  };
-
-  const setView = (view: WidgetView) => {
-    model.set('view', view);
-    model.save_changes();
-    apply();
-  };
-
-  const table = new JobTable({
-    fallbackHeight: 320,
-    onSelect: job => {
-      transport.send({ action: 'select', name: job.name, cluster: job.cluster });
-      const known = transport.detail();
-      if (!known || known.name !== job.name) {
-        detail.setJob(summaryAsDetail(job));
-      }
-      setView('detail');
-    }
-  });
-  const detail = new JobDetailView({
-    onBack: () => setView('list'),
-    onCancel: async job => {
-      try {
-        await transport.cancelJob(job.cluster, job.name);
-        showError(null);
-      } catch (err) {
-        showError(`Cannot cancel ${job.name}: ${errorMessage(err)}`);
-      }
-    },
-    onResume: async (job, checkpoint) => {
-      try {
-        await transport.resumeJob(job.cluster, job.name, checkpoint ? { checkpoint: checkpoint.name } : {});
-        showError(null);
-      } catch (err) {
-        showError(`Cannot resume ${job.name}: ${errorMessage(err)}`);
-      }
-    }
-  });
-  const curve = new LossCurve({ height: 280 });
-  const logs = new LogView();
-
-  // The Create Job form, built from the `schema` traitlet.
-  const createPane = h('div', { class: `${CSS_PREFIX}-widgetCreate` });
-  let createForm: CreateJobForm | null = null;
-  const createButton = h(
-    'button',
-    { type: 'button', class: `${CSS_PREFIX}-button jp-mod-accept ${CSS_PREFIX}-createSubmit` },
-    'Create'
-  );
-  createButton.addEventListener('click', async () => {
-    if (!createForm) {
-      return;
-    }
-    createButton.disabled = true;
-    try {
-      const created = await createForm.submit(transport);
-      if (created) {
-        detail.setJob(created);
-        setView('detail');
-      }
-    } finally {
-      createButton.disabled = false;
-    }
-  });
-  const onSchema = () => {
-    const schema = model.get('schema');
-    if (!schema || typeof schema !== 'object' || !(schema as ISchemaBundle).job_spec) {
-      createForm = null;
-      createPane.replaceChildren(
-        h('div', { class: `${CSS_PREFIX}-LossCurve-empty` }, 'The job schema is not available.')
-      );
-      return;
-    }
-    createForm = new CreateJobForm({ schema: schema as ISchemaBundle, cluster: transport.cluster(), transport });
-    createPane.replaceChildren(
-      createForm.node,
-      h('div', { class: `${CSS_PREFIX}-toolbar ${CSS_PREFIX}-widgetCreateFooter` }, createButton)
-    );
-  };
-  const onCluster = () => {
-    if (createForm) {
-      createForm.cluster = transport.cluster();
-    }
-  };
-
-  const panes: Record<WidgetView, HTMLElement> = {
-    list: table.node,
-    detail: detail.node,
-    curve: curve.node,
-    logs: logs.node,
-    create: createPane
-  };
-  root.append(status, table.node, detail.node, curve.node, logs.node, createPane);
-  el.appendChild(root);
-
-  const currentView = (): WidgetView => {
-    const view = model.get('view');
-    return (VIEWS as readonly string[]).includes(view) ? (view as WidgetView) : 'list';
-  };
-
-  const apply = () => {
-    const view = currentView();
-    root.dataset.view = view;
-    for (const key of VIEWS) {
-      panes[key].style.display = key === view ? '' : 'none';
-    }
-    if (view === 'list') {
-      table.render();
-    }
-  };
-
-  const onJobs = () => {
-    table.setJobs(transport.jobs());
-  };
-  const onDetail = () => {
-    const value = transport.detail();
-    if (value) {
-      detail.setJob(value);
-      table.selectedName = value.name;
-    } else {
-      detail.setJob(null);
-    }
-  };
-  const onEvents = () => {
-    const events = transport.events();
-    void detail.setEvents(events);
-    void curve.setEvents(events);
-  };
-  const onLogs = () => {
-    const text = model.get('logs');
-    const value = typeof text === 'string' ? text : '';
-    detail.setLogs(value);
-    logs.setText(value);
-  };
-
-  const listeners: [string, () => void][] = [
-    ['change:jobs', onJobs],
-    ['change:detail', onDetail],
-    ['change:events', onEvents],
-    ['change:logs', onLogs],
-    ['change:view', apply],
-    ['change:schema', onSchema],
-    ['change:cluster', onCluster],
-    ['change:error', () => showError(localError)]
-  ];
-  for (const [event, callback] of listeners) {
-    model.on(event, callback);
-  }
-  onJobs();
-  onDetail();
-  onEvents();
-  onLogs();
-  onSchema();
-  showError(null);
-  apply();
-
-  // Keep the elapsed times moving between kernel updates.
-  const timer = setInterval(() => {
-    const view = currentView();
-    if (view === 'list') {
-      table.render();
-    } else if (view === 'detail' && detail.job) {
-      detail.setJob(detail.job);
-    }
-  }, 1000);
-
-  return () => {
-    clearInterval(timer);
-    for (const [event, callback] of listeners) {
-      model.off(event, callback);
-    }
-    transport.dispose();
-    table.dispose();
-    detail.dispose();
-    curve.dispose();
-    logs.dispose();
-    root.remove();
-  };
+  const renderer = new WidgetRenderer(model, el);
+  return () => renderer.dispose();
 }
 
 export default {
@@ -516,4 +221,3 @@ export default {
     return renderWidget(model, el);
   }
 };
-
