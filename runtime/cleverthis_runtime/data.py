@@ -1,4 +1,5 @@
-"""Datasets: finding, reading and auto-detecting the formats the product page names, then tokenizing.
+"""Datasets: finding, reading and auto-detecting the formats the product page names (tokenizing:
+tokenization.py; where the data lives: paths.py).
 
 Formats: JSONL with `messages` (ChatML conversations) or `instruction`/`output` (optional `input`), a single
 file or a folder of `.jsonl` files; or a `datasets.Dataset.save_to_disk` folder (Arrow). Every defect is
@@ -11,159 +12,54 @@ GOOGLE_APPLICATION_CREDENTIALS...). Their checkpoints go to a local folder (`def
 
 from __future__ import annotations
 
-import bisect
-import functools
 import json
-import os
 import posixpath
-import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .spec import TRAINING_CONFIG_FILE
-
-INSTRUCTION = "instruction"
-CHATML = "chatml"
-ARROW = "arrow"
-
-# Used when the tokenizer has no chat template of its own (documented in the README).
-DEFAULT_CHAT_TEMPLATE = (
-    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}{{ eos_token }}\n{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+from .formats import (  # noqa: F401 - the dataset API in one place
+    ARROW,
+    CHATML,
+    DEFAULT_CHAT_TEMPLATE,
+    INSTRUCTION,
+    VALIDATION_FILE,
+    Dataset,
+    DatasetError,
 )
-VALIDATION_FILE = "validation.jsonl"
-
-
-class DatasetError(ValueError):
-    """A dataset that cannot be used; the message names the path and, where it applies, the line."""
-
-
-@dataclass
-class Dataset:
-    path: str
-    format: str
-    records: list[dict[str, Any]]
-    validation: list[dict[str, Any]] = field(default_factory=list)
-    files: list[str] = field(default_factory=list)
-
-
-_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-
-
-def is_remote(path: str) -> bool:
-    """An fsspec URL (s3://, gs://...) rather than a path on this node (file:// counts as local)."""
-    m = _URL.match(path)
-    return bool(m) and m.group(1).lower() not in ("file", "local")
-
-
-def _fs(url: str) -> tuple[Any, str]:
-    """(fsspec filesystem, path without the protocol); a missing backend is a clear error."""
-    import fsspec
-
-    try:
-        return fsspec.core.url_to_fs(url)
-    except ImportError as e:
-        raise DatasetError(f"dataset path {url}: no fsspec backend for this URL on this node ({e}); "
-                           "install jupyter-cleverthis[train] (s3fs, gcsfs)") from e
-
-
-def _remote_call(url: str, what: str, fn: Any, *args: Any) -> Any:
-    """A filesystem call whose failure (missing bucket, no credentials, refused) names the path."""
-    try:
-        return fn(*args)
-    except DatasetError:
-        raise
-    except FileNotFoundError as e:
-        raise DatasetError(f"dataset path {url} does not exist ({what}: {e})") from e
-    except Exception as e:  # botocore/google errors are not all OSErrors
-        raise DatasetError(f"dataset path {url}: cannot {what} ({type(e).__name__}: {e}); check the bucket "
-                           "name and the node's credentials (AWS_*, AWS_ENDPOINT_URL, "
-                           "GOOGLE_APPLICATION_CREDENTIALS)") from e
-
-
-def _join(url: str, name: str) -> str:
-    return url.rstrip("/") + "/" + name
-
-
-def _remote_parent(url: str) -> str:
-    m = _URL.match(url)
-    assert m
-    rest = url[m.end():].rstrip("/")
-    parent = posixpath.dirname(rest)
-    return f"{m.group(0)}{parent or rest}"
-
-
-def _remote_isdir(url: str) -> bool:
-    fs, p = _fs(url)
-    return bool(_remote_call(url, "list it", fs.isdir, p))
-
-
-def _remote_exists(url: str) -> bool:
-    fs, p = _fs(url)
-    return bool(_remote_call(url, "read it", fs.exists, p))
-
-
-def exists(path: str) -> bool:
-    """The dataset path exists (on this node, or at its URL)."""
-    return _remote_exists(path) if is_remote(path) else os.path.exists(path)
-
-
-def data_root(dataset_path: str) -> str:
-    """The folder that holds the data: the path itself for a folder of JSONL files, else its parent.
-
-    An Arrow folder (`save_to_disk`) and a single file are both "the dataset"; their parent holds it.
-    """
-    if is_remote(dataset_path):
-        if _remote_isdir(dataset_path) and not _remote_is_arrow(dataset_path):
-            return dataset_path.rstrip("/")
-        return _remote_parent(dataset_path)
-    p = Path(dataset_path)
-    if p.is_dir() and not is_arrow_dir(p):
-        return str(p)
-    return str(p.parent)
-
-
-def remote_checkpoint_dir(dataset_url: str) -> str:
-    """A local folder for a remote dataset's checkpoints: `$CLEVERTHIS_HOME/checkpoints/<scheme>/<bucket>/<key>`
-    (CLEVERTHIS_HOME defaults to ~/.cleverthis), computed without touching the bucket. Checkpoints are written
-    with a local atomic rename, which object stores do not have."""
-    m = _URL.match(dataset_url)
-    assert m
-    home = os.environ.get("CLEVERTHIS_HOME") or os.path.expanduser("~/.cleverthis")
-    parts = [x for x in dataset_url[m.end():].split("/") if x not in ("", ".", "..")]
-    return os.path.join(home, "checkpoints", m.group(1).lower(), *parts)
-
-
-def default_checkpoint_dir(dataset_path: str) -> str:
-    if is_remote(dataset_path):
-        return remote_checkpoint_dir(dataset_path)
-    return os.path.join(data_root(dataset_path), "checkpoints")
-
-
-def _remote_is_arrow(url: str) -> bool:
-    fs, p = _fs(url)
-
-    def has(name: str) -> bool:
-        return bool(_remote_call(url, "read it", fs.exists, posixpath.join(p, name)))
-
-    return (has("dataset_info.json") or has("dataset_dict.json")) and (has("state.json") or has("dataset_dict.json"))
-
-
-def is_arrow_dir(p: Path) -> bool:
-    return p.is_dir() and ((p / "dataset_info.json").exists() or (p / "dataset_dict.json").exists()) and (
-        (p / "state.json").exists() or (p / "dataset_dict.json").exists()
-    )
+from .paths import (  # noqa: F401
+    data_root,
+    default_checkpoint_dir,
+    exists,
+    fs_of,
+    is_arrow_dir,
+    is_remote,
+    join_url,
+    remote_call,
+    remote_checkpoint_dir,
+    remote_exists,
+    remote_is_arrow,
+)
+from .spec import TRAINING_CONFIG_FILE
+from .tokenization import (  # noqa: F401
+    PackedCollator,
+    ensure_chat_template,
+    instruction_to_messages,
+    pack_rows,
+    preview,
+    tokenize_all,
+    tokenize_example,
+    tokenized,
+)
 
 
 def read_training_config(dataset_path: str) -> tuple[dict[str, Any] | None, str | None]:
     """The training_config.json found beside the data, as a raw dict (validated by the caller)."""
     if is_remote(dataset_path):
-        cfg_url = _join(data_root(dataset_path), TRAINING_CONFIG_FILE)
-        if not _remote_exists(cfg_url):
+        cfg_url = join_url(data_root(dataset_path), TRAINING_CONFIG_FILE)
+        if not remote_exists(cfg_url):
             return None, None
-        fs, p = _fs(cfg_url)
-        raw = _remote_call(cfg_url, "read it", fs.cat_file, p)
+        fs, p = fs_of(cfg_url)
+        raw = remote_call(cfg_url, "read it", fs.cat_file, p)
         return _parse_training_config(raw.decode("utf-8-sig", errors="replace"), cfg_url)
     cfg = Path(data_root(dataset_path)) / TRAINING_CONFIG_FILE
     if not cfg.exists():
@@ -209,8 +105,8 @@ def detect_record_format(rec: Any, where: str) -> str:
 
 def _open_binary(path: str) -> Any:
     if is_remote(path):
-        fs, p = _fs(path)
-        return _remote_call(path, "open it", fs.open, p, "rb")
+        fs, p = fs_of(path)
+        return remote_call(path, "open it", fs.open, p, "rb")
     return open(path, "rb")
 
 
@@ -281,28 +177,28 @@ def _read_files(files: list[str]) -> tuple[str, list[dict[str, Any]]]:
 def _load_remote(url: str) -> Dataset:
     """The same formats and rules as a local path, read through fsspec; errors name the URL."""
     url = url.rstrip("/")
-    fs, p = _fs(url)
-    if not _remote_call(url, "read it", fs.exists, p):
+    fs, p = fs_of(url)
+    if not remote_call(url, "read it", fs.exists, p):
         bucket = p.split("/", 1)[0]
-        if bucket != p and not _remote_call(url, "read it", fs.exists, bucket):
+        if bucket != p and not remote_call(url, "read it", fs.exists, bucket):
             raise DatasetError(f"dataset path {url} does not exist: no bucket '{bucket}' (or these credentials "
                                "cannot see it)")
         raise DatasetError(f"dataset path {url} does not exist (no such object or prefix in the bucket)")
-    if _remote_call(url, "list it", fs.isdir, p):
-        if _remote_is_arrow(url):
+    if remote_call(url, "list it", fs.isdir, p):
+        if remote_is_arrow(url):
             return _load_arrow(url)
-        listed = _remote_call(url, "list it", fs.ls, p, False)
+        listed = remote_call(url, "list it", fs.ls, p, False)
         names = sorted(str(x) for x in listed if str(x).endswith(".jsonl")
                        and posixpath.basename(str(x)) != VALIDATION_FILE)
-        files = [_join(url, posixpath.basename(n)) for n in names]
+        files = [join_url(url, posixpath.basename(n)) for n in names]
         if not files:
             raise DatasetError(f"dataset path {url}: no .jsonl files and not a saved datasets.Dataset")
     else:
         files = [url]
     fmt, records = _read_files(files)
     validation: list[dict[str, Any]] = []
-    vurl = _join(data_root(url), VALIDATION_FILE)
-    if vurl not in files and _remote_exists(vurl):
+    vurl = join_url(data_root(url), VALIDATION_FILE)
+    if vurl not in files and remote_exists(vurl):
         vfmt, validation = read_jsonl(vurl)
         if vfmt != fmt:
             raise DatasetError(f"{vurl}: format {vfmt} differs from the training data's {fmt}")
@@ -313,7 +209,7 @@ def _load_arrow(p: Path | str) -> Dataset:
     import datasets
 
     if isinstance(p, str) and is_remote(p):  # datasets reads the folder through fsspec itself
-        ds = _remote_call(p, "load the saved dataset", datasets.load_from_disk, p)
+        ds = remote_call(p, "load the saved dataset", datasets.load_from_disk, p)
     else:
         ds = datasets.load_from_disk(str(p))
     if isinstance(ds, datasets.DatasetDict):
@@ -334,352 +230,3 @@ def _load_arrow(p: Path | str) -> Dataset:
         return Dataset(path=str(p), format=fmt, records=recs, validation=[dict(r) for r in val] if val else [])
     recs = [dict(r) for r in train]
     return Dataset(path=str(p), format=ARROW, records=recs, validation=[dict(r) for r in val] if val else [])
-
-
-def ensure_chat_template(tokenizer: Any) -> None:
-    if not getattr(tokenizer, "chat_template", None):
-        tokenizer.chat_template = DEFAULT_CHAT_TEMPLATE
-
-
-def instruction_to_messages(rec: dict[str, Any]) -> list[dict[str, str]]:
-    user = rec["instruction"]
-    if rec.get("input"):
-        user = f"{user}\n\n{rec['input']}"
-    return [{"role": "user", "content": user}, {"role": "assistant", "content": rec["output"]}]
-
-
-def _ids(tokenizer: Any, messages: list[dict[str, str]], add_generation_prompt: bool) -> list[int]:
-    out = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=add_generation_prompt)
-    if isinstance(out, dict) or hasattr(out, "keys"):
-        out = out["input_ids"]
-    return list(out)
-
-
-def tokenize_example(tokenizer: Any, rec: dict[str, Any], fmt: str, max_len: int) -> dict[str, list[int]]:
-    """input_ids and labels where only assistant tokens count toward the loss (the rest are -100)."""
-    if fmt == ARROW:
-        return _pretokenized(rec, max_len)
-    messages = instruction_to_messages(rec) if fmt == INSTRUCTION else rec["messages"]
-    ids: list[int] = []
-    labels: list[int] = []
-    # Render prefix by prefix so each message's tokens are known exactly; robust to any template.
-    prev: list[int] = []
-    for i, m in enumerate(messages):
-        if m["role"] == "assistant":
-            prompt = _ids(tokenizer, messages[:i], add_generation_prompt=True) if i else []
-            full = _ids(tokenizer, messages[: i + 1], add_generation_prompt=False)
-            ids.extend(prompt[len(prev):])
-            labels.extend([-100] * (len(prompt) - len(prev)))
-            ids.extend(full[len(prompt):])
-            labels.extend(full[len(prompt):])
-            prev = full
-        else:
-            full = _ids(tokenizer, messages[: i + 1], add_generation_prompt=False)
-            ids.extend(full[len(prev):])
-            labels.extend([-100] * (len(full) - len(prev)))
-            prev = full
-    return {"input_ids": ids[:max_len], "labels": labels[:max_len], "truncated": int(len(ids) > max_len)}
-
-
-def _pretokenized(rec: dict[str, Any], max_len: int) -> dict[str, Any]:
-    """A pre-tokenized row: `input_ids`, optional `labels` (-100 = not trained; default: every token) and optional
-    `attention_mask` (positions with 0 are padding and are dropped; the collator pads again)."""
-    ids = [int(i) for i in rec["input_ids"]]
-    labels = [int(x) for x in rec["labels"]] if rec.get("labels") is not None else list(ids)
-    mask = rec.get("attention_mask")
-    if len(labels) != len(ids) or (mask is not None and len(mask) != len(ids)):
-        raise DatasetError(f"a pre-tokenized row has {len(ids)} input_ids but {len(labels)} labels"
-                           + (f" and {len(mask)} attention_mask values" if mask is not None else "")
-                           + ": they must be the same length")
-    if mask is not None:
-        keep = [k for k, m in enumerate(mask) if m]
-        ids, labels = [ids[k] for k in keep], [labels[k] for k in keep]
-    return {"input_ids": ids[:max_len], "labels": labels[:max_len], "truncated": int(len(ids) > max_len)}
-
-
-def _render(tokenizer: Any, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
-    """The chat template rendered to text: compiled once with jinja2 as transformers compiles it (calling
-    apply_chat_template costs 2.5x more per call, which shows on large datasets), else apply_chat_template."""
-    compiled = _compiled(getattr(tokenizer, "chat_template", None))
-    if compiled is not None:
-        return str(compiled.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                   **tokenizer.special_tokens_map))
-    return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt))
-
-
-_GENERATION = re.compile(r"{%-?\s*generation\s*-?%}")
-
-
-@functools.lru_cache(maxsize=16)
-def _compiled(template: Any) -> Any:
-    """The template compiled with jinja2's public API and the settings transformers documents for chat templates
-    (sandboxed, trim_blocks, lstrip_blocks, loopcontrols, `tojson`, `raise_exception`, `strftime_now`); None for
-    a template this cannot compile (a `{% generation %}` block, a syntax of transformers' own)."""
-    if not isinstance(template, str) or _GENERATION.search(template):
-        return None
-    import datetime
-    import json as _json
-
-    from jinja2 import TemplateError
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    def raise_exception(message: str) -> None:
-        raise TemplateError(message)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
-    env.filters["tojson"] = lambda x, indent=None, separators=None, sort_keys=False, ensure_ascii=False: \
-        _json.dumps(x, indent=indent, separators=separators, sort_keys=sort_keys, ensure_ascii=ensure_ascii)
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
-    try:
-        return env.from_string(template)
-    except TemplateError:
-        return None
-
-
-_PROBE_U, _PROBE_A = "\x00user-probe\x00", "\x00assistant-probe\x00"
-_MARKERS: dict[tuple[Any, str], tuple[str, str] | None] = {}  # (template, special tokens) -> _turn_markers
-
-
-def _turn_markers(tokenizer: Any) -> tuple[str, str] | None:
-    """(what comes between a user message's text and the assistant's reply, what closes the reply), read from
-    one rendered probe conversation; None when the template does not show them plainly."""
-    key = (getattr(tokenizer, "chat_template", None), repr(sorted(tokenizer.special_tokens_map.items())))
-    cache = _MARKERS
-    if key not in cache:
-        try:
-            probe = [{"role": "user", "content": _PROBE_U}, {"role": "assistant", "content": _PROBE_A}]
-            text = _render(tokenizer, probe, add_generation_prompt=False)
-            u, a = text.find(_PROBE_U), text.find(_PROBE_A)
-            cache[key] = (text[u + len(_PROBE_U):a], text[a + len(_PROBE_A):]) if 0 <= u < a else None
-        except Exception:  # noqa: BLE001 - a template that refuses the probe takes the exact path
-            cache[key] = None
-    return cache[key]
-
-
-def _assistant_spans(tokenizer: Any, messages: list[dict[str, str]]) -> tuple[str, list[tuple[int, int]]] | None:
-    """The rendered conversation (rendered once) and the character spans of its assistant turns with their end
-    tokens. Each reply is found right after a user turn's closing markers, as in the probe; None when any reply is
-    not (a reply after a system or assistant turn, a template that trims or rewrites the text): then the exact
-    prefix-by-prefix path is used for that example."""
-    markers = _turn_markers(tokenizer)
-    if markers is None or not markers[0]:
-        return None
-    before, close = markers
-    text = _render(tokenizer, messages, add_generation_prompt=False)
-    spans, cursor = [], 0
-    for i, m in enumerate(messages):
-        if m["role"] != "assistant":
-            continue
-        if i == 0 or messages[i - 1]["role"] != "user":
-            return None
-        user_end = text.find(messages[i - 1]["content"], cursor)
-        if user_end < 0:
-            return None
-        user_end += len(messages[i - 1]["content"])
-        start = user_end + len(before)
-        end = start + len(m["content"])
-        if text[user_end:start] != before or text[start:end] != m["content"] or not text.startswith(close, end):
-            return None
-        spans.append((start, end + len(close)))
-        cursor = end + len(close)
-    return text, spans
-
-
-def _with_generation_mask(tokenizer: Any, messages: list[dict[str, str]], max_len: int) -> dict[str, Any]:
-    """A template with `{% generation %}` blocks marks the trained tokens itself (transformers' assistant mask)."""
-    out = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
-    ids = list(out["input_ids"])
-    labels = [t if m else -100 for t, m in zip(ids, out["assistant_masks"], strict=True)]
-    return {"input_ids": ids[:max_len], "labels": labels[:max_len], "truncated": int(len(ids) > max_len)}
-
-
-def tokenize_all(tokenizer: Any, records: list[dict[str, Any]], fmt: str, max_len: int,
-                 dropped: list[int] | None = None) -> tuple[list[dict], int]:
-    """Tokenize every example (one batched tokenizer call when the tokenizer is fast), loss on assistant tokens.
-    Examples left with no trained token (after truncation) are skipped; their indices go to `dropped`."""
-    if fmt == ARROW:
-        rows = []
-        for k, rec in enumerate(records):
-            try:
-                rows.append(_pretokenized(rec, max_len))
-            except DatasetError as e:
-                raise DatasetError(f"row {k}: {e}") from None
-    elif not getattr(tokenizer, "is_fast", False):
-        ensure_chat_template(tokenizer)
-        rows = [tokenize_example(tokenizer, rec, fmt, max_len) for rec in records]
-    else:
-        ensure_chat_template(tokenizer)
-        rows = _tokenize_batched(tokenizer, records, fmt, max_len)
-    out, truncated = [], 0
-    for k, ex in enumerate(rows):
-        truncated += ex.pop("truncated", 0)
-        if any(lbl != -100 for lbl in ex["labels"]):
-            out.append(ex)
-        elif dropped is not None:
-            dropped.append(k)
-    return out, truncated
-
-
-def tokenized(tokenizer: Any, ds: Dataset, max_len: int, *, rank: int = 0,
-              cache_root: str | None = None) -> tuple[list[dict], list[dict], int]:
-    """(train rows, validation rows, truncated count), tokenized once per node: the first worker of a node to get
-    the lock tokenizes and writes the rows under the node's HF cache (`$HF_HOME/cleverthis-tokenized/<key>.json`,
-    atomically); the other workers, and later jobs with the same data, template, tokenizer and max_seq_length,
-    read them. Each worker says on its log which it did."""
-    import hashlib
-
-    from filelock import FileLock
-
-    h = hashlib.sha256()
-    for part in (ds.format, str(max_len), str(getattr(tokenizer, "chat_template", "") or ""),
-                 json.dumps(tokenizer.special_tokens_map, sort_keys=True)):
-        h.update(part.encode() + b"\0")
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    h.update(backend.to_str().encode() if backend is not None else repr(tokenizer.get_vocab()).encode())
-    h.update(json.dumps([ds.records, ds.validation], sort_keys=True, default=str).encode())
-    key = h.hexdigest()[:32]
-    root = cache_root or os.path.join(os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")),
-                                      "cleverthis-tokenized")
-    os.makedirs(root, exist_ok=True)
-    path = os.path.join(root, f"{key}.json")
-    with FileLock(path + ".lock"):
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as f:
-                cached = json.load(f)
-            print(f"worker {rank}: read {len(cached['train'])} tokenized examples from this node's cache", flush=True)
-            return cached["train"], cached["validation"], cached["truncated"]
-        train, truncated = tokenize_all(tokenizer, ds.records, ds.format, max_len)
-        val = tokenize_all(tokenizer, ds.validation, ds.format, max_len)[0] if ds.validation else []
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"train": train, "validation": val, "truncated": truncated}, f)
-        os.replace(tmp, path)
-        print(f"worker {rank}: tokenized {len(train)} examples (cached for this node)", flush=True)
-        return train, val, truncated
-
-
-def preview(tokenizer: Any, rows: list[dict[str, list[int]]], limit: int = 5) -> list[list[dict[str, Any]]]:
-    """The first examples as the model sees them: runs of text, each marked trained (counts toward the loss)."""
-    out = []
-    for row in rows[:limit]:
-        runs: list[dict[str, Any]] = []
-        ids, labels = row["input_ids"], row["labels"]
-        start = 0
-        for i in range(1, len(ids) + 1):
-            if i == len(ids) or (labels[i] != -100) != (labels[start] != -100):
-                runs.append({"text": tokenizer.decode(ids[start:i]), "trained": labels[start] != -100,
-                             "tokens": i - start})
-                start = i
-        out.append(runs)
-    return out
-
-
-def _tokenize_batched(tokenizer: Any, records: list[dict[str, Any]], fmt: str, max_len: int) -> list[dict]:
-    rendered: list[tuple[int, str, list[tuple[int, int]]]] = []
-    rows: list[dict | None] = [None] * len(records)
-    marked = bool(_GENERATION.search(str(getattr(tokenizer, "chat_template", "") or "")))
-    for k, rec in enumerate(records):
-        messages = instruction_to_messages(rec) if fmt == INSTRUCTION else rec["messages"]
-        if marked:
-            rows[k] = _with_generation_mask(tokenizer, messages, max_len)
-            continue
-        found = _assistant_spans(tokenizer, messages)
-        if found is None:
-            rows[k] = tokenize_example(tokenizer, rec, fmt, max_len)
-        else:
-            rendered.append((k, *found))
-    if rendered:
-        texts = [r[1] for r in rendered]
-        for (k, text, spans), (ids, first_token_at) in zip(rendered, _encode(tokenizer, texts), strict=True):
-            # Tokens are in text order, so each assistant span is one contiguous run of tokens.
-            labels = [-100] * len(ids)
-            for a, b in spans:
-                lo, hi = first_token_at(a), (first_token_at(b) if b < len(text) else len(ids))
-                labels[lo:hi] = ids[lo:hi]
-            rows[k] = {"input_ids": ids[:max_len], "labels": labels[:max_len], "truncated": int(len(ids) > max_len)}
-    return [r for r in rows if r is not None]
-
-
-def _encode(tokenizer: Any, texts: list[str]) -> list[tuple[list[int], Any]]:
-    """Token ids of each text, without special tokens, in one batched call, each with `first_token_at(char)`: the
-    index of the first token that starts at or after that character.
-
-    The `tokenizers` backend directly when the tokenizer has one: transformers' wrapper converts every encoding,
-    offsets included, to Python lists first (a third of the time on large datasets); here only the ids are, and a
-    boundary asks the encoding itself (`char_to_token`). Else the tokenizer's own call, with offsets.
-    """
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None and hasattr(backend, "encode_batch"):
-        backend.no_truncation()
-        backend.no_padding()
-        return [(e.ids, functools.partial(_first_token_at, e)) for e in backend.encode_batch(texts,
-                                                                                            add_special_tokens=False)]
-    enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
-    out = []
-    for ids, offsets in zip(enc["input_ids"], enc["offset_mapping"], strict=True):
-        starts = [o[0] for o in offsets]
-        out.append((ids, functools.partial(bisect.bisect_left, starts)))
-    return out
-
-
-def _first_token_at(encoding: Any, char: int) -> int:
-    t = encoding.char_to_token(char)
-    if t is None:  # a character no token covers (a normalizer dropped it): search the offsets
-        return bisect.bisect_left([o[0] for o in encoding.offsets], char)
-    return t if encoding.token_to_chars(t)[0] >= char else t + 1
-
-
-def pack_rows(rows: list[dict[str, list[int]]], max_len: int) -> list[dict[str, list[int]]]:
-    """Best-fit-decreasing packing of tokenized examples into rows of at most max_len tokens.
-
-    Each packed row keeps `position_ids` restarting at 0 for every example: transformers then builds a
-    block-diagonal causal mask (no attention_mask, no cache), so packed examples never attend to each other.
-    The first label of every example is masked so no token is predicted across an example boundary.
-    """
-    order = sorted(range(len(rows)), key=lambda i: len(rows[i]["input_ids"]), reverse=True)
-    bins: list[list[int]] = []
-    space: list[int] = []
-    for i in order:
-        n = min(len(rows[i]["input_ids"]), max_len)
-        best = -1
-        for b, free in enumerate(space):  # the fullest bin that still fits
-            if free >= n and (best < 0 or free < space[best]):
-                best = b
-        if best < 0:
-            bins.append([i])
-            space.append(max_len - n)
-        else:
-            bins[best].append(i)
-            space[best] -= n
-    packed = []
-    for members in bins:
-        ids: list[int] = []
-        labels: list[int] = []
-        pos: list[int] = []
-        for i in members:
-            r_ids, r_lab = rows[i]["input_ids"][:max_len], rows[i]["labels"][:max_len]
-            ids.extend(r_ids)
-            labels.extend([-100, *r_lab[1:]])
-            pos.extend(range(len(r_ids)))
-        packed.append({"input_ids": ids, "labels": labels, "position_ids": pos})
-    return packed
-
-
-class PackedCollator:
-    """Pads packed rows to the longest in the batch; sends position_ids and no attention_mask."""
-
-    def __init__(self, pad_token_id: int) -> None:
-        self.pad = pad_token_id
-
-    def __call__(self, features: list[dict[str, list[int]]]) -> dict[str, Any]:
-        import torch
-
-        width = max(len(f["input_ids"]) for f in features)
-        ids, labels, pos = [], [], []
-        for f in features:
-            gap = width - len(f["input_ids"])
-            ids.append(list(f["input_ids"]) + [self.pad] * gap)
-            labels.append(list(f["labels"]) + [-100] * gap)
-            pos.append(list(f["position_ids"]) + list(range(gap)))  # padding is its own isolated "example"
-        return {"input_ids": torch.tensor(ids), "labels": torch.tensor(labels), "position_ids": torch.tensor(pos)}

@@ -146,11 +146,12 @@ def test_tokenized_once_per_node_and_reused(tmp_path, monkeypatch, capsys):
     tokenizer and max_seq_length reads the cache; a change to any of them tokenizes again."""
     from transformers import AutoTokenizer
 
-    import cleverthis_runtime.data as data
+    import cleverthis_runtime.tokenization as data
+    from cleverthis_runtime.data import load_dataset
     from cleverthis_runtime.tiny import build_tiny_model
 
     tok = AutoTokenizer.from_pretrained(build_tiny_model(str(tmp_path / "m"), [str(EXAMPLES)]))
-    ds = data.load_dataset(str(EXAMPLES))
+    ds = load_dataset(str(EXAMPLES))
     calls = []
     real = data.tokenize_all
     monkeypatch.setattr(data, "tokenize_all", lambda *a, **k: calls.append(1) or real(*a, **k))
