@@ -43,19 +43,10 @@ def build_model(vocab_size: int, hidden: int = 64, layers: int = 1, seed: int = 
 
 def train_tokenizer(out: Path, data_paths: list[str], vocab_size: int) -> int:
     """A byte-level BPE (the same recipe as tiny.py's) saved as tokenizer.json + tokenizer_config.json."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
     from .data import DEFAULT_CHAT_TEMPLATE
-    from .tiny import SPECIAL, texts
+    from .tiny import train_bpe
 
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    corpus = list(texts(data_paths)) + ["<|user|>\n", "<|assistant|>\n", "<|system|>\n"]
-    tok.train_from_iterator(corpus, trainer=trainer)
+    tok = train_bpe(data_paths, vocab_size)
     tok.save(str(out / TOKENIZER_FILE))
     (out / TOKENIZER_CONFIG).write_text(json.dumps({
         "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>",

@@ -35,6 +35,21 @@ def texts(paths: list[str]) -> Iterator[str]:
 ARCHITECTURES = ("llama", "mistral", "mixtral", "gemma", "falcon", "gpt2", "qwen2", "phi3")
 
 
+def train_bpe(data_paths: list[str], vocab_size: int) -> Any:
+    """A byte-level BPE `tokenizers.Tokenizer` trained on the datasets' texts and the chat template's markers."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    corpus = list(texts(data_paths)) + ["<|user|>\n", "<|assistant|>\n", "<|system|>\n"]
+    tok.train_from_iterator(corpus, trainer=trainer)
+    return tok
+
+
 def tiny_config(arch: str, *, vocab_size: int, hidden: int, layers: int, bos: int, eos: int, pad: int) -> Any:
     """A tiny config of `arch` (one of ARCHITECTURES), 4 attention heads, no tied embeddings."""
     import transformers as tf
@@ -74,19 +89,11 @@ def build_tiny_model(
     if (out / "config.json").exists() and (out / "tokenizer.json").exists():
         return str(out)
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
     from .data import DEFAULT_CHAT_TEMPLATE
 
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    corpus = list(texts(data_paths)) + ["<|user|>\n", "<|assistant|>\n", "<|system|>\n"]
-    tok.train_from_iterator(corpus, trainer=trainer)
+    tok = train_bpe(data_paths, vocab_size)
     hf_tok = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>"
     )
