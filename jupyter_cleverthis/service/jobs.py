@@ -98,8 +98,9 @@ class JobService:
                 f"a job named '{spec.name}' already exists on cluster '{spec.cluster}'; choose another name",
                 details={"field": "name"},
             )
-        if spec.framework == "tensorflow":  # its environment's Ray must be the cluster's
-            tfenv.check_ray_version(tfenv.python(), ray_version(cfg))
+        py = runtime_env.job_python(spec)
+        if py is not None:  # the job's own environment: its Ray must be the cluster's
+            tfenv.check_ray_version(py, ray_version(cfg))
         env = self._runtime_env(spec)  # one for the pre-flight and the job: the pre-flight sees what the job will
         if check:
             pf = self._preflight(spec, env, quick=True)

@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import cleverthis_runtime
+from cleverthis_runtime.backend import backend_for
 from cleverthis_runtime.checkpoints import stop_grace_seconds
 
 from ..spec import JobSpec
@@ -22,6 +23,8 @@ from . import tfenv
 ENTRYPOINT = "python -m cleverthis_runtime"
 PREFLIGHT_ENTRYPOINT = "python -m cleverthis_runtime.preflight"
 DOWNLOAD_ENTRYPOINT = "python -m cleverthis_runtime.download"
+#: the Python environments a backend may name (Backend.environment), each with python() and check_ray_version()
+ENVIRONMENTS = {"tensorflow": tfenv}
 
 # What the Jupyter server's environment passes on to its jobs: the model cache, the DeepSpeed op cache and the
 # object stores' settings (s3:// and gs:// dataset paths, read through fsspec).  Settings and file paths only:
@@ -51,12 +54,23 @@ def job_runtime_env(spec: JobSpec) -> dict[str, Any]:
     env_vars["RAY_JOB_STOP_WAIT_TIME_S"] = str(stop_grace_seconds(
         spec.base_model, tc.method if tc else None, tc.cancel_grace_s if tc else None))
     env = {"py_modules": [runtime_package()], "env_vars": {**env_vars, **passthrough_env()}}
-    if spec.framework == "tensorflow":
-        # Ray starts the job's supervisor and every worker with this python (the entrypoint too: `entrypoint`);
-        # tf-keras, because Keras 3 `fit` fails under MultiWorkerMirroredStrategy.
-        env["py_executable"] = tfenv.python()
-        env["env_vars"].update({"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    backend = backend_for(spec.framework)
+    py = job_python(spec)
+    if py is not None:  # Ray starts the job's supervisor and every worker with it (the entrypoint too: `entrypoint`)
+        env["py_executable"] = py
+    env["env_vars"].update(backend.env_vars)
     return env
+
+
+def job_python(spec: JobSpec) -> str | None:
+    """The python a job runs with: None for the cluster's own, else that of its backend's environment (the
+    TensorFlow environment for framework tensorflow: `tfenv`)."""
+    name = backend_for(spec.framework).environment
+    if name is None:
+        return None
+    if name not in ENVIRONMENTS:
+        raise ValueError(f"framework {spec.framework}: no environment named {name!r} is known")
+    return ENVIRONMENTS[name].python()
 
 
 def helper_runtime_env() -> dict[str, Any]:
@@ -70,9 +84,8 @@ def runtime_package() -> str:
 
 
 def entrypoint(spec: JobSpec) -> str:
-    if spec.framework == "tensorflow":
-        return f"{shlex.quote(tfenv.python())} -m cleverthis_runtime"
-    return ENTRYPOINT
+    py = job_python(spec)
+    return f"{shlex.quote(py)} -m cleverthis_runtime" if py is not None else ENTRYPOINT
 
 
 def spec_json(spec: JobSpec) -> str:

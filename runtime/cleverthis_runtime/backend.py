@@ -16,6 +16,8 @@ class Backend(Protocol):
     #: the Python environment the job runs in: None for the cluster's own, else its name ("tensorflow": the
     #: environment `cleverthis-train setup tensorflow` builds)
     environment: str | None
+    #: environment variables the job's processes need (beside the job's own)
+    env_vars: dict[str, str]
 
     def check_base_model(self, path: str) -> None:
         """Raise ValueError (naming what is wrong) when `path` cannot be this framework's base model."""

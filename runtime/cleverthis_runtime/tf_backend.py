@@ -213,6 +213,8 @@ class TensorflowBackend:
 
     framework = "tensorflow"
     environment = "tensorflow"  # the TensorFlow environment (`cleverthis-train setup tensorflow`)
+    # tf-keras, because Keras 3 `fit` fails under MultiWorkerMirroredStrategy
+    env_vars = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
 
     def check_base_model(self, path: str) -> None:
         check_base_model(path)

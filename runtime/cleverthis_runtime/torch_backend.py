@@ -16,6 +16,7 @@ from .spec import JobSpec, TrainingConfig
 class TorchBackend:
     framework = "torch"
     environment = None  # the cluster's own Python
+    env_vars: dict[str, str] = {}
 
     def check_base_model(self, path: str) -> None:
         """A Hub id or a local folder: transformers reads it (the pre-flight's model facts say what fails)."""
