@@ -18,6 +18,8 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from pydantic import ValidationError
+
 from . import event_models
 
 PREFIX = "@@cleverthis-event "
@@ -70,7 +72,10 @@ def to_line(event: dict[str, Any]) -> str:
 
 
 def parse_line(line: str) -> dict[str, Any] | None:
-    """The event on a log line, as a dict (see `typed` for its model), or None."""
+    """The event on a log line, or None. It is checked against its type's model (event_models.py): a valid
+    `phase` event's phase becomes a `Phase` (a str, so it compares and serialises as the word); an unknown type,
+    or one that does not validate (another runtime version, a user's print), is kept as it is and marked with
+    `"invalid": "<why>"` for a known type; nothing is dropped."""
     idx = line.find(PREFIX)
     if idx < 0:
         return None
@@ -78,7 +83,19 @@ def parse_line(line: str) -> dict[str, Any] | None:
         obj = json.loads(line[idx + len(PREFIX):])
     except ValueError:
         return None
-    return obj if isinstance(obj, dict) and "type" in obj else None
+    if not isinstance(obj, dict) or "type" not in obj:
+        return None
+    model = event_models.BY_TYPE.get(str(obj["type"]))
+    if model is not None:
+        try:
+            ev = model.model_validate(obj)
+        except ValidationError as e:
+            obj["invalid"] = f"{e.error_count()} field(s) do not match the {obj['type']} event's model: " + \
+                "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors()[:3])
+        else:
+            if isinstance(ev, event_models.PhaseEvent):
+                obj["phase"] = ev.phase
+    return obj
 
 
 def parse_events(lines: Iterable[str]) -> Iterator[dict[str, Any]]:

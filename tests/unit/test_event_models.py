@@ -49,3 +49,14 @@ def test_the_schema_is_a_union_discriminated_by_type():
     assert schema["discriminator"]["propertyName"] == "type"
     assert set(schema["discriminator"]["mapping"]) == set(event_models.BY_TYPE)
     assert schema["$defs"]["Phase"]["enum"] == [p.value for p in Phase]
+
+
+def test_the_service_side_parser_checks_each_line_against_its_model():
+    good = events.to_line({"src": "driver", "seq": 1, "t": 1.0, "type": "phase", "phase": "running"})
+    ev = events.parse_line("(RayTrainWorker pid=1) " + good)
+    assert ev["phase"] is Phase.running and "invalid" not in ev
+    bad = events.parse_line(events.to_line({"src": "rank0", "seq": 2, "type": "step", "step": "x", "loss": 1}))
+    assert bad["step"] == "x" and "step" in bad["invalid"]  # kept, and said why
+    other = events.parse_line(events.to_line({"src": "me", "seq": 3, "type": "my_own", "n": 1}))
+    assert other == {"src": "me", "seq": 3, "type": "my_own", "n": 1}
+    assert events.parse_line("no event here") is None
