@@ -3,8 +3,10 @@
     python -m jupyter_cleverthis.schemas js/src/shared/generated
 
 writes, next to the TypeScript that `npm run build:types` (js/scripts/build-types.mjs) compiles from them:
-  api.schema.json      the REST bodies (and the widgets' traitlets): JobSummary, JobDetail (with Checkpoint,
-                       Metrics, JobStatus) as served (serialization mode), JobSpec and TrainingConfig as accepted
+  api.schema.json      the REST bodies (and the widgets' traitlets) as served (serialization mode): JobSummary,
+                       JobDetail (with Checkpoint, Metrics, Plan, Tracking...), the clusters, the pages of jobs,
+                       events and logs, the loss curves, the pre-flight answer, a TensorBoard's address (the models
+                       of service/models.py); JobSpec and TrainingConfig as accepted
   events.schema.json   the runtime's events (cleverthis_runtime.event_models), one model per `type`
   schema-bundle.json   the `GET /schema` answer the Create Job form is generated from (job_spec, training_config)
 
@@ -21,7 +23,19 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, models_json_schema
 
-from .service.models import JobDetail, JobSummary
+from .service.models import (
+    ClusterList,
+    ClusterState,
+    Curves,
+    EventsPage,
+    FieldError,
+    JobDetail,
+    JobPage,
+    JobSummary,
+    LogsPage,
+    Preflight,
+    TensorBoardLink,
+)
 from .spec import JobSpec, TrainingConfig
 
 # (model, mode): what REST answers is a model_dump(mode="json") of every field, defaults included, so its fields
@@ -29,6 +43,15 @@ from .spec import JobSpec, TrainingConfig
 API_MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (JobSummary, "serialization"),
     (JobDetail, "serialization"),
+    (JobPage, "serialization"),
+    (ClusterList, "serialization"),
+    (ClusterState, "serialization"),
+    (EventsPage, "serialization"),
+    (LogsPage, "serialization"),
+    (Curves, "serialization"),
+    (TensorBoardLink, "serialization"),
+    (Preflight, "serialization"),
+    (FieldError, "serialization"),
     (JobSpec, "validation"),
     (TrainingConfig, "validation"),
 ]

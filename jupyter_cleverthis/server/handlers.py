@@ -31,12 +31,23 @@ from typing import Any
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
+from pydantic import BaseModel
 from tornado import web
 
 from ..errors import BadRequest, CleverThisError, Forbidden
+from ..schemas import schema_bundle
 from ..service.clusters import cluster_resources
 from ..service.jobs import JobService, default_owner
-from ..spec import JobSpec, TrainingConfig
+from ..service.models import (
+    ClusterInfo,
+    ClusterList,
+    ClusterState,
+    Curves,
+    EventsPage,
+    JobPage,
+    LogsPage,
+    Preflight,
+)
 
 log = logging.getLogger(__name__)
 NAME = r"[^/]+"
@@ -118,6 +129,11 @@ class BaseHandler(APIHandler):
         self.set_status(status)
         self.finish(json.dumps(data, default=str))
 
+    def reply_model(self, body: BaseModel, status: int = 200) -> None:
+        """Answer with a model of service/models.py, as the front-end's generated types describe it."""
+        self.set_status(status)
+        self.finish(body.model_dump_json())
+
     def owner(self) -> str:
         """The Jupyter identity (under JupyterHub: the hub user). A shared server token identifies nobody: Jupyter
         then makes up a random "Anonymous ..." user per request, and the owner is the server's own user instead."""
@@ -130,23 +146,23 @@ class BaseHandler(APIHandler):
 class SchemaHandler(BaseHandler):
     @api
     async def get(self) -> None:
-        self.reply({"job_spec": JobSpec.model_json_schema(), "training_config": TrainingConfig.model_json_schema(),
-                    "refresh_interval_s": self.settings.get("cleverthis_refresh_interval", 3.0)})
+        self.reply({**schema_bundle(), "refresh_interval_s": self.settings.get("cleverthis_refresh_interval", 3.0)})
 
 
 class ClustersHandler(BaseHandler):
     @api
     async def get(self) -> None:
-        def collect() -> list[dict[str, Any]]:
+        def collect() -> ClusterList:
             reg = self.service.registry
             rows = []
             for name, cfg in reg.configs().items():
                 status = reg.status(name)
-                rows.append({**cfg.public(), "status": status,
-                             "resources": cluster_resources(cfg) if status == "running" else None})
-            return rows
+                rows.append(ClusterInfo.model_validate({
+                    **cfg.public(), "status": status,
+                    "resources": cluster_resources(cfg) if status == "running" else None}))
+            return ClusterList(clusters=rows)
 
-        self.reply({"clusters": await self.run(collect)})
+        self.reply_model(await self.run(collect))
 
 
 class ClusterActionHandler(BaseHandler):
@@ -160,7 +176,7 @@ class ClusterActionHandler(BaseHandler):
             cfg = await self.run(reg.local(cluster).up)
         else:
             await self.run(reg.local(cluster).down)
-        self.reply({**reg.get(cluster).public(), "status": reg.status(cluster)})
+        self.reply_model(ClusterState.model_validate({**reg.get(cluster).public(), "status": reg.status(cluster)}))
 
 
 class JobsHandler(BaseHandler):
@@ -173,27 +189,26 @@ class JobsHandler(BaseHandler):
             sort=self.get_query_argument("sort", "-created_at"),
             offset=self.int_arg("offset", 0), limit=self.int_arg("limit", 0) or None,
         )
-        self.reply({"jobs": [j.model_dump(mode="json") for j in jobs], "total": total})
+        self.reply_model(JobPage(jobs=jobs, total=total))
 
     @api
     async def post(self, cluster: str) -> None:
         spec = self.spec_from_body(cluster)
         detail = await self.run(self.service.create, spec, owner=self.owner())
-        self.reply(detail.model_dump(mode="json"), status=201)
+        self.reply_model(detail, status=201)
 
 
 class PlanHandler(BaseHandler):
     @api
     async def post(self, cluster: str) -> None:
         spec = self.spec_from_body(cluster)
-        self.reply(await self.run(self.service.preflight, spec))
+        self.reply_model(Preflight.model_validate(await self.run(self.service.preflight, spec)))
 
 
 class JobHandler(BaseHandler):
     @api
     async def get(self, cluster: str, name: str) -> None:
-        detail = await self.run(self.service.get, cluster, name)
-        self.reply(detail.model_dump(mode="json"))
+        self.reply_model(await self.run(self.service.get, cluster, name))
 
     @api
     async def delete(self, cluster: str, name: str) -> None:
@@ -205,8 +220,7 @@ class JobHandler(BaseHandler):
 class CancelHandler(BaseHandler):
     @api
     async def post(self, cluster: str, name: str) -> None:
-        detail = await self.run(self.service.cancel, cluster, name, user=self.owner())
-        self.reply(detail.model_dump(mode="json"))
+        self.reply_model(await self.run(self.service.cancel, cluster, name, user=self.owner()))
 
 
 class ResumeHandler(BaseHandler):
@@ -222,14 +236,14 @@ class ResumeHandler(BaseHandler):
                 raise BadRequest(f"{key} must be a string", details={"field": key})
         detail = await self.run(self.service.resume, cluster, name, epochs=epochs, new_name=new_name,
                                 owner=self.owner(), checkpoint=checkpoint)
-        self.reply(detail.model_dump(mode="json"), status=201)
+        self.reply_model(detail, status=201)
 
 
 class LogsHandler(BaseHandler):
     @api
     async def get(self, cluster: str, name: str) -> None:
-        self.reply(await self.run(self.service.logs, cluster, name, offset=self.int_arg("offset", 0),
-                                  limit=self.int_arg("limit", 0) or None))
+        self.reply_model(LogsPage.model_validate(await self.run(
+            self.service.logs, cluster, name, offset=self.int_arg("offset", 0), limit=self.int_arg("limit", 0) or None)))
 
 
 class EventsHandler(BaseHandler):
@@ -237,7 +251,7 @@ class EventsHandler(BaseHandler):
     async def get(self, cluster: str, name: str) -> None:
         since = self.int_arg("since", 0)
         evs = await self.run(self.service.events, cluster, name, since)
-        self.reply({"events": evs, "next": evs[-1]["i"] if evs else since})
+        self.reply_model(EventsPage(events=evs, next=evs[-1]["i"] if evs else since))
 
 
 class MetricsHandler(BaseHandler):
@@ -246,7 +260,7 @@ class MetricsHandler(BaseHandler):
         n = self.int_arg("max_points", 1000)
         if not 4 <= n <= 100_000:
             raise BadRequest("max_points must be between 4 and 100000", details={"field": "max_points"})
-        self.reply(await self.run(self.service.metrics, cluster, name, max_points=n))
+        self.reply_model(Curves.model_validate(await self.run(self.service.metrics, cluster, name, max_points=n)))
 
 
 def _is_anonymous(user: Any) -> bool:

@@ -10,6 +10,7 @@ from jupyter_server.base.handlers import JupyterHandler
 from tornado import httpclient, web
 
 from ..errors import BadRequest
+from ..service.models import TensorBoardLink
 from ..service.tensorboard import TensorBoards
 from .handlers import RESOURCE, BaseHandler, api
 
@@ -22,17 +23,18 @@ def boards(handler: Any) -> TensorBoards:
 
 
 class TensorBoardHandler(BaseHandler):
-    """GET .../jobs/{name}/tensorboard: {url, log_dir} of the TensorBoard showing the job's checkpoint folder."""
+    """GET .../jobs/{name}/tensorboard: {url, log_dir, run} of the TensorBoard showing the job's checkpoint folder."""
 
     @api
     async def get(self, cluster: str, name: str) -> None:
         detail = await self.run(self.service.get, cluster, name)
-        log_dir = ((detail.tracking or {}).get("tensorboard") or {}).get("log_dir")
+        tb = detail.tracking.tensorboard if detail.tracking is not None else None
+        log_dir = tb.log_dir if tb is not None else None
         if not log_dir:
             raise BadRequest(f"job '{name}' wrote no TensorBoard records (its report_to has no tensorboard, or it "
                              "has not started training yet)", details={"field": "report_to"})
         board = await self.run(boards(self).open, log_dir)
-        self.reply({"url": boards(self).path_prefix(board.key) + "/", "log_dir": board.log_dir, "run": name})
+        self.reply_model(TensorBoardLink(url=boards(self).path_prefix(board.key) + "/", log_dir=board.log_dir, run=name))
 
 
 class TensorBoardProxyHandler(JupyterHandler):

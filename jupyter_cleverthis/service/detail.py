@@ -11,12 +11,20 @@ import os
 import time
 from typing import Any
 
-from cleverthis_runtime.event_models import FINAL_PHASES, INITIALIZING_PHASES, QUEUED_PHASES, Phase
+from pydantic import ValidationError
+
+from cleverthis_runtime.event_models import (
+    FINAL_PHASES,
+    INITIALIZING_PHASES,
+    QUEUED_PHASES,
+    Phase,
+    UtilisationEvent,
+)
 from cleverthis_runtime.triage import advice_for, classify
 
 from ..spec import JobStatus
 from . import tensorboard
-from .models import Checkpoint, JobDetail, JobSummary, Metrics
+from .models import Checkpoint, JobDetail, JobSummary, Metrics, Plan, QueuedReason, Serving, Tracking
 from .ray_client import ray_status, short_message
 from .runtime_env import spec_of
 
@@ -31,7 +39,8 @@ RAY_TO_STATUS = {
 # running.  FINAL_PHASES are the driver's last word: workers' log lines reach the driver's log later than its own,
 # so a worker phase (cancel_checkpoint_written) can follow "cancelled" in the log; a final phase is never replaced.
 PLAN_KEYS = ("method", "precision", "strategy", "gradient_checkpointing", "memory_estimate_gb", "reasons",
-             "parameters", "lora_target_modules")
+             "parameters", "chat_template", "lora_target_modules")
+TRACKERS = ("tensorboard", "mlflow", "wandb")
 LATEST_KEYS = ("step", "total_steps", "epoch", "loss", "learning_rate", "tokens_per_s", "eta_s")
 
 
@@ -137,24 +146,32 @@ def _apply_event(detail: JobDetail, ev: dict[str, Any]) -> None:
     if t == "config":
         detail.checkpoint_dir = ev.get("checkpoint_dir")
     elif t == "plan":
-        detail.plan = {k: ev.get(k) for k in PLAN_KEYS}
+        detail.plan = Plan.model_validate({k: ev[k] for k in PLAN_KEYS if ev.get(k) is not None})
     elif t == "tracking":
-        detail.tracking = {k: dict(ev[k]) for k in ("tensorboard", "mlflow", "wandb") if k in ev}
-        if "tensorboard" in detail.tracking:  # "Open in TensorBoard": this machine can show it
-            tb = detail.tracking["tensorboard"]
-            tb["viewer"] = tensorboard.viewable(tb.get("log_dir"))
+        detail.tracking = Tracking.model_validate({k: ev[k] for k in TRACKERS if ev.get(k) is not None})
+        tb = detail.tracking.tensorboard
+        if tb is not None:  # "Open in TensorBoard": this machine can show it
+            tb.viewer = tensorboard.viewable(tb.log_dir)
     elif t == "early_stop":
         detail.stopped_early, detail.stop_reason = True, ev.get("reason")
     elif t == "step":
         detail.metrics = Metrics(**{k: ev.get(k) for k in Metrics.model_fields})
     elif t == "checkpoint" and ev.get("name", "").startswith("epoch-") and ev.get("name") != "epoch-final":
         detail.checkpoints.append(Checkpoint(**{k: ev.get(k) for k in Checkpoint.model_fields}))
-    elif t == "utilisation":  # the latest per worker, by rank
-        detail.utilisation = sorted([u for u in detail.utilisation if u.get("rank") != ev.get("rank")] + [ev],
-                                    key=lambda u: u.get("rank") or 0)
+    elif t == "utilisation":
+        _apply_utilisation(detail, ev)
     elif t == "error" and detail.error is None:
         detail.error, detail.error_kind = ev.get("message"), ev.get("kind")
         detail.traceback = ev.get("traceback")
+
+
+def _apply_utilisation(detail: JobDetail, ev: dict[str, Any]) -> None:
+    """Keep the latest utilisation event per worker, by rank (one that does not fit the model is skipped)."""
+    try:
+        u = UtilisationEvent.model_validate(ev)
+    except ValidationError:
+        return
+    detail.utilisation = sorted([x for x in detail.utilisation if x.rank != u.rank] + [u], key=lambda x: x.rank)
 
 
 def _explain_failure(detail: JobDetail, ray_message: str | None) -> None:
@@ -167,7 +184,7 @@ def _explain_failure(detail: JobDetail, ray_message: str | None) -> None:
     detail.advice = advice_for(detail.error_kind)
 
 
-def why_queued(spec: dict[str, Any], resources: dict[str, Any] | None) -> dict[str, Any]:
+def why_queued(spec: dict[str, Any], resources: dict[str, Any] | None) -> QueuedReason:
     """What a queued job asked for against what the cluster has free (`resources`: clusters.cluster_resources)."""
     workers = int(spec.get("workers") or 1)
     per = {"CPU": float(spec.get("cpus_per_worker") or 1)}
@@ -180,20 +197,20 @@ def why_queued(spec: dict[str, Any], resources: dict[str, Any] | None) -> dict[s
     text = (f"waiting for {', '.join(f'{need[k]:g} {k}' for k in short)}: "
             f"{', '.join(f'{free.get(k) or 0:g} free' for k in short)}"
             if short else "waiting for the workers to start")
-    return {"requested": {"workers": workers, "per_worker": per, "total": need}, "free": free,
-            "nodes": res.get("nodes"), "message": text}
+    return QueuedReason.model_validate({"requested": {"workers": workers, "per_worker": per, "total": need},
+                                        "free": free, "nodes": res.get("nodes"), "message": text})
 
 
-def serving_values(d: JobDetail, original_base: str | None = None) -> dict[str, Any] | None:
+def serving_values(d: JobDetail, original_base: str | None = None) -> Serving | None:
     """What the Model Serving page asks for: the model path, and the LoRA adapter path when there is one
     (with the base it applies to: the original base model, also for a job resumed from a checkpoint)."""
     if not d.checkpoint_dir or not d.checkpoints:
         return None
     final = os.path.join(d.checkpoint_dir, "epoch-final") if d.status == JobStatus.SUCCEEDED else d.checkpoints[-1].path
-    out: dict[str, Any] = {"model_path": final}
+    out = Serving(model_path=final)
     if d.checkpoints[-1].adapter_path:
-        out["lora_adapter_path"] = os.path.join(final, "adapter_model")
-        out["base_model"] = original_base or (d.spec or {}).get("base_model")
+        out.lora_adapter_path = os.path.join(final, "adapter_model")
+        out.base_model = original_base or (d.spec or {}).get("base_model")
     return out
 
 

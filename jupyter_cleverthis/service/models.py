@@ -1,12 +1,68 @@
-"""What the service answers: job summaries and details (REST bodies, widget traitlets, CLI --json)."""
+"""What the service answers: job summaries and details (REST bodies, widget traitlets, CLI --json), and the other
+REST bodies (clusters, pages of jobs, events and logs, loss curves, the pre-flight answer, a TensorBoard's address).
+
+Each is served as `model_dump(mode="json")` (every field, defaults included), so the front-end's types
+(js/src/shared/generated/api.ts, see jupyter_cleverthis/schemas.py) have every field required; `X | None`
+is where the value may be null. Models with extra="allow" keep what a newer runtime adds.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, WithJsonSchema
+
+from cleverthis_runtime.event_models import UtilisationEvent
 
 from ..spec import JobStatus
+
+# -- clusters -----------------------------------------------------------------------------------------------------
+
+ClusterStatus = Literal["running", "starting", "stopped", "unreachable"]
+
+
+class ResourceUsage(BaseModel):
+    """One kind of resource of a cluster or node (CPU, GPU: counts; memory: bytes)."""
+
+    total: float
+    free: float
+
+
+class NodeResources(BaseModel):
+    node_id: str
+    CPU: ResourceUsage | None = None
+    GPU: ResourceUsage | None = None
+    memory: ResourceUsage | None = None
+
+
+class ClusterResources(BaseModel):
+    """The cluster's resources (clusters.cluster_resources): per kind, then per node; a kind it lacks is null."""
+
+    CPU: ResourceUsage | None = None
+    GPU: ResourceUsage | None = None
+    memory: ResourceUsage | None = None
+    nodes: list[NodeResources] = []
+
+
+class ClusterState(BaseModel):
+    """`POST /clusters/{cluster}/up|down`: the cluster's public config (never its token) and status."""
+
+    name: str
+    address: str
+    managed: bool
+    status: ClusterStatus
+
+
+class ClusterInfo(ClusterState):
+    """A `GET /clusters` item; `resources` is null while the cluster is not running (or does not say)."""
+
+    resources: ClusterResources | None = None
+
+
+class ClusterList(BaseModel):
+    """`GET /clusters`."""
+
+    clusters: list[ClusterInfo]
 
 
 class Checkpoint(BaseModel):
@@ -49,8 +105,85 @@ class JobSummary(BaseModel):
     message: str | None = None
 
 
+class QueuedRequest(BaseModel):
+    workers: int
+    per_worker: dict[str, float]
+    total: dict[str, float]
+
+
+class QueuedReason(BaseModel):
+    """Why a queued job waits (detail.why_queued): what it asked for against what the cluster has free (null where
+    the cluster does not say), the cluster's nodes, and the sentence the views show."""
+
+    requested: QueuedRequest
+    free: dict[str, float | None]
+    nodes: list[NodeResources] | None = None
+    message: str
+
+
+class Plan(BaseModel):
+    """The automatic choices (the runtime's `plan` event, the pre-flight's `plan`) and why (`reasons` per field)."""
+
+    model_config = ConfigDict(extra="allow")
+    method: str | None = None
+    precision: str | None = None
+    strategy: str | None = None
+    gradient_checkpointing: bool | None = None
+    memory_estimate_gb: dict[str, float] = {}
+    reasons: dict[str, str] = {}
+    parameters: float | None = None
+    chat_template: str | None = None
+    lora_target_modules: str | list[str] | None = None
+
+
+class Serving(BaseModel):
+    """What the Model Serving page asks for: the model's path, and the LoRA adapter's with the base it applies to."""
+
+    model_path: str
+    lora_adapter_path: str | None = None
+    base_model: str | None = None
+
+
+class TensorBoardTracking(BaseModel):
+    """`viewer`: this Jupyter server can show the folder in TensorBoard ("Open in TensorBoard")."""
+
+    model_config = ConfigDict(extra="allow")
+    log_dir: str | None = None
+    viewer: bool = False
+
+
+class MlflowTracking(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    run_id: str | None = None
+    experiment_id: str | None = None
+    tracking_uri: str | None = None
+    url: str | None = None
+
+
+class WandbTracking(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    run_id: str | None = None
+    dir: str | None = None
+    url: str | None = None
+    mode: str | None = None
+
+
+class Tracking(BaseModel):
+    """Where the run's records went (its report_to; the runtime's `tracking` event); null: not reported to."""
+
+    tensorboard: TensorBoardTracking | None = None
+    mlflow: MlflowTracking | None = None
+    wandb: WandbTracking | None = None
+
+
+# The spec a job was submitted with, read back from its runtime_env (runtime_env.spec_json): kept as that dict (so
+# that the spec of a job from another version still shows), served as what it is, a JobSpec as accepted (its
+# training_config holds the keys the user set): `$defs/JobSpec` of the api schema (schemas.API_MODELS).
+SubmittedSpec = Annotated[dict[str, Any], WithJsonSchema({"$ref": "#/$defs/JobSpec"}, mode="serialization")]
+
+
 class JobDetail(JobSummary):
-    spec: dict[str, Any] | None = None
+    spec: SubmittedSpec | None = None
     phase: str | None = None
     checkpoint_dir: str | None = None
     checkpoints: list[Checkpoint] = []
@@ -59,14 +192,131 @@ class JobDetail(JobSummary):
     error_kind: str | None = None
     advice: str | None = None
     traceback: str | None = None
-    queued_reason: dict[str, Any] | None = None
-    serving: dict[str, Any] | None = None
+    queued_reason: QueuedReason | None = None
+    serving: Serving | None = None
     log_url: str | None = None
-    plan: dict[str, Any] | None = None
-    # where the run's records went: {"tensorboard": {"log_dir"}, "mlflow": {"run_id", "url", ...}, "wandb": {...}}
-    tracking: dict[str, Any] | None = None
+    plan: Plan | None = None
+    tracking: Tracking | None = None
     # early_stopping_patience ran out: the job succeeded, stopped early (`stop_reason` says why, with the best)
     stopped_early: bool = False
     stop_reason: str | None = None
-    # The latest `utilisation` event of each worker (rank, cpu_percent, rss_bytes; GPU figures on CUDA).
-    utilisation: list[dict[str, Any]] = []
+    # The latest `utilisation` event of each worker, by rank (with its index `i` in the job's event log).
+    utilisation: list[UtilisationEvent] = []
+
+class JobPage(BaseModel):
+    """`GET /clusters/{cluster}/jobs`: a page of summaries, and how many jobs matched in all."""
+
+    jobs: list[JobSummary]
+    total: int
+
+
+# -- a job's events, logs, curves, TensorBoard ------------------------------------------------------------------------
+
+class EventsPage(BaseModel):
+    """`GET .../jobs/{name}/events?since=N`: the job's events after index N, in log order, each one of
+    cleverthis_runtime.event_models (js/src/shared/generated/events.ts) with its index `i` in the job's event log;
+    `next` is the last index sent (`since` when none)."""
+
+    events: list[dict[str, Any]]
+    next: int
+
+
+class LogsPage(BaseModel):
+    """`GET .../jobs/{name}/logs?offset=&limit=`: the log text from `offset`; `next` continues it, `size` is the
+    whole log's length (characters)."""
+
+    text: str
+    offset: int
+    next: int
+    size: int
+
+
+class EpochPoint(BaseModel):
+    epoch: int | None = None
+    step: int | None = None
+    train_loss: float | None = None
+
+
+class ValidationPoint(BaseModel):
+    epoch: float | None = None
+    step: int | None = None
+    eval_loss: float | None = None
+    perplexity: float | None = None
+
+
+class Curves(BaseModel):
+    """`GET .../jobs/{name}/metrics`: the step-loss series downsampled to at most max_points (`count`: the steps
+    in all), the epoch ends, the validation points and the latest step's figures."""
+
+    count: int
+    step: list[float]
+    loss: list[float]
+    epochs: list[EpochPoint]
+    validation: list[ValidationPoint]
+    latest: Metrics | None = None
+
+
+class TensorBoardLink(BaseModel):
+    """`GET .../jobs/{name}/tensorboard`: where the TensorBoard of the job's records is (the server's proxy, same
+    origin), the folder it shows and the job's run in it."""
+
+    url: str
+    log_dir: str
+    run: str
+
+
+# -- the pre-flight answer -------------------------------------------------------------------------------------------
+
+class FieldError(BaseModel):
+    """A problem with one field of the spec (`training_config.x` for a training config field; "" for the spec)."""
+
+    field: str
+    message: str
+
+
+class DatasetFacts(BaseModel):
+    format: str
+    examples: int
+    validation_examples: int = 0
+    files: list[str] = []
+
+
+class ChatTemplateChoice(BaseModel):
+    name: str
+    reason: str
+
+
+class TargetModulesChoice(BaseModel):
+    modules: str | list[str]
+    reason: str
+
+
+class PreviewRun(BaseModel):
+    """A run of an example's tokens as the model sees them; `trained`: they count toward the loss."""
+
+    text: str
+    trained: bool
+    tokens: int
+
+
+class Preflight(BaseModel):
+    """`POST /clusters/{cluster}/plan`: what the job would do, computed on the cluster (cleverthis_runtime.preflight):
+    field errors, warnings, the dataset's facts, token lengths, the merged training config, the checkpoint folder and
+    its owner, and the automatic plan. A fact the pre-flight could not establish (or skipped) is null."""
+
+    model_config = ConfigDict(extra="allow")
+    errors: list[FieldError] = []
+    warnings: list[str] = []
+    training_config_file: str | None = None
+    dataset: DatasetFacts | None = None
+    training_config: dict[str, Any] | None = None
+    checkpoint_dir: str | None = None
+    checkpoint_owner: str | None = None
+    resume_from: str | None = None
+    # sampled, min, max, mean, p50, p95, truncated
+    token_lengths: dict[str, float] | None = None
+    parameters: float | None = None
+    plan: Plan | None = None
+    chat_template: ChatTemplateChoice | None = None
+    lora_target_modules: TargetModulesChoice | None = None
+    preview: list[list[PreviewRun]] = []

@@ -19,6 +19,7 @@ import traitlets as t
 from ..errors import CleverThisError
 from ..job import Job, default_service
 from ..service.jobs import JobService
+from ..service.models import Preflight
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
@@ -177,7 +178,7 @@ class JobsWidget(anywidget.AnyWidget):
             return self.detail
         if action == "plan":
             spec = self.service.validate(dict(content.get("spec") or {}, cluster=self.cluster))
-            return self.service.preflight(spec)
+            return Preflight.model_validate(self.service.preflight(spec)).model_dump(mode="json")  # as REST answers
         raise CleverThisError(f"unknown action '{action}'")
 
     created: Job | None = None

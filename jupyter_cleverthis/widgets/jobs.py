@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..job import Job
-from ..spec import JobSpec, TrainingConfig
+from ..schemas import schema_bundle
 from .base import JobsWidget, job_cluster, job_name
 
 
@@ -64,7 +64,7 @@ class CreateJobForm(JobsWidget):
 
     def __init__(self, cluster: str = "local", **kwargs: Any) -> None:
         super().__init__(cluster=cluster, view="create", **kwargs)
-        self.schema = {"job_spec": JobSpec.model_json_schema(), "training_config": TrainingConfig.model_json_schema()}
+        self.schema = schema_bundle()  # what GET /schema answers
 
     @property
     def job(self) -> Job | None:
