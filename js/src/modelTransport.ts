@@ -23,6 +23,7 @@ import {
   IJobEvent,
   IJobSpec,
   IJobSummary,
+  IPreflight,
   IResumeOptions,
   ISchemaBundle,
   ITransport,
@@ -91,7 +92,7 @@ export class ModelTransport implements ITransport {
         names.add(job.cluster);
       }
     }
-    return [...names].map(name => ({ name, address: '', status: 'running', managed: false, resources: {} }));
+    return [...names].map(name => ({ name, address: '', status: 'running', managed: false, resources: null }));
   }
 
   async listJobs(cluster: string): Promise<IJobSummary[]> {
@@ -166,12 +167,12 @@ export class ModelTransport implements ITransport {
     return reply as IJobDetail;
   }
 
-  async planJob(cluster: string, spec: IJobSpec): Promise<Record<string, unknown>> {
+  async planJob(cluster: string, spec: IJobSpec): Promise<IPreflight> {
     const reply = await this._request({ action: 'plan', spec: { ...spec, cluster } }, () => undefined, []);
     if (!reply) {
       throw new TransportError('The kernel did not answer the pre-flight check', 0, 'timeout');
     }
-    return reply as Record<string, unknown>;
+    return reply as IPreflight;
   }
 
   async getLogs(cluster: string, name: string): Promise<string> {

@@ -5,7 +5,10 @@
  */
 import { launchIcon, refreshIcon } from '@jupyterlab/ui-components';
 
-import { CSS_PREFIX, IClusterInfo, JOB_STATUSES, h } from './shared';
+import { CSS_PREFIX, IClusterInfo, IClusterResources, JOB_STATUSES, h } from './shared';
+
+/** The kinds of resource the header shows, in this order (a cluster without one shows none). */
+const RESOURCE_KINDS = ['CPU', 'GPU', 'memory'] as const satisfies readonly (keyof IClusterResources)[];
 
 /** Options of {@link PanelHeader}. */
 export interface IPanelHeaderOptions {
@@ -113,10 +116,11 @@ export class PanelHeader {
     this._clusterStatus.title = `Cluster status: ${status}`;
     this._clusterStatus.dataset.status = String(status);
     this._dashboardButton.disabled = !selected;
-    const resources = info?.resources ?? {};
-    const parts = Object.entries(resources)
-      .filter(([, r]) => r && typeof r.total === 'number')
-      .map(([name, r]) => `${name} ${Private.compact(r.free)}/${Private.compact(r.total)} free`);
+    const resources = info?.resources;
+    const parts = RESOURCE_KINDS.flatMap(name => {
+      const r = resources?.[name];
+      return r ? [`${name} ${Private.compact(r.free)}/${Private.compact(r.total)} free`] : [];
+    });
     this._resources.textContent = info ? [info.address, ...parts].filter(Boolean).join(' \u00b7 ') : '';
   }
 

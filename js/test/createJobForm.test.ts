@@ -1,7 +1,7 @@
 import { describe, expect, it, vi } from 'vitest';
 
 import { CreateJobForm, ITransport, TransportError } from '../src/shared';
-import { SCHEMA_BUNDLE, makeDetail } from './fixtures';
+import { SCHEMA_BUNDLE, makeDetail, makePlan, makePreflight } from './fixtures';
 
 function fill(form: CreateJobForm) {
   form.form.setValues({ name: 'tiny', base_model: 'sshleifer/tiny-gpt2', dataset_path: '/d.jsonl' });
@@ -25,11 +25,11 @@ function transport(createJob: ITransport['createJob'], planJob?: ITransport['pla
 
 describe('CreateJobForm pre-flight', () => {
   it('shows the plan from the cluster and puts its problems under their fields', async () => {
-    const planJob = vi.fn(async () => ({
+    const planJob = vi.fn(async () => makePreflight({
       errors: [{ field: 'dataset_path', message: 'dataset path /d.jsonl does not exist' }],
-      dataset: { format: 'instruction', examples: 158, validation_examples: 0 },
+      dataset: { format: 'instruction', examples: 158, validation_examples: 0, files: ['/d.jsonl'] },
       token_lengths: { mean: 40, p95: 60, max: 90, truncated: 0 },
-      plan: { memory_estimate_gb: { full: 1, lora: 0.5 }, reasons: { method: 'lora: set in training_config.json' } },
+      plan: makePlan({ memory_estimate_gb: { full: 1, lora: 0.5 }, reasons: { method: 'lora: set in training_config.json' } }),
       checkpoint_dir: '/d/checkpoints'
     }));
     const t = transport(() => Promise.reject(new Error('unused')), planJob);
@@ -47,7 +47,7 @@ describe('CreateJobForm pre-flight', () => {
 
 describe('CreateJobForm preview', () => {
   it('highlights the tokens that count toward the loss, and shows the warnings', async () => {
-    const planJob = vi.fn(async () => ({
+    const planJob = vi.fn(async () => makePreflight({
       errors: [],
       warnings: ['1 example(s) have no trained token left after truncation to max_seq_length 8 and are skipped: example 3'],
       preview: [

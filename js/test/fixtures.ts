@@ -1,5 +1,17 @@
 import { summaryAsDetail } from '../src/shared';
-import type { ICheckpoint, IJobDetail, IJobSummary, IJSONSchema, ISchemaBundle } from '../src/shared';
+import type {
+  ICheckpoint,
+  IClusterResources,
+  IJobDetail,
+  IJobSummary,
+  IJSONSchema,
+  IPlan,
+  IPreflight,
+  IQueuedReason,
+  ISchemaBundle,
+  IServing,
+  ITracking
+} from '../src/shared';
 
 /** What pydantic v2's `JobSpec.model_json_schema()` looks like. */
 export const JOB_SPEC_SCHEMA: IJSONSchema = {
@@ -107,4 +119,68 @@ export function makeDetail(overrides: Partial<IJobDetail> = {}): IJobDetail {
     log_url: '/cleverthis/api/clusters/local/jobs/tiny-ft/logs',
     ...overrides
   };
+}
+
+/** A pre-flight answer as the server sends it (what it did not establish is null). */
+export function makePreflight(overrides: Partial<IPreflight> = {}): IPreflight {
+  return {
+    errors: [],
+    warnings: [],
+    training_config_file: null,
+    dataset: null,
+    training_config: null,
+    checkpoint_dir: null,
+    checkpoint_owner: null,
+    resume_from: null,
+    token_lengths: null,
+    parameters: null,
+    plan: null,
+    chat_template: null,
+    lora_target_modules: null,
+    preview: [],
+    ...overrides
+  };
+}
+
+/** A plan (`JobDetail.plan`, the pre-flight's `plan`). */
+export function makePlan(overrides: Partial<IPlan> = {}): IPlan {
+  return {
+    method: null,
+    precision: null,
+    strategy: null,
+    gradient_checkpointing: null,
+    memory_estimate_gb: {},
+    reasons: {},
+    parameters: null,
+    chat_template: null,
+    lora_target_modules: null,
+    ...overrides
+  };
+}
+
+/** `JobDetail.tracking`: the trackers given, the others null (their fields not given are null too). */
+export function makeTracking(trackers: {
+  tensorboard?: Partial<NonNullable<ITracking['tensorboard']>>;
+  mlflow?: Partial<NonNullable<ITracking['mlflow']>>;
+  wandb?: Partial<NonNullable<ITracking['wandb']>>;
+}): ITracking {
+  const { tensorboard, mlflow, wandb } = trackers;
+  return {
+    tensorboard: tensorboard ? { log_dir: null, viewer: false, ...tensorboard } : null,
+    mlflow: mlflow ? { run_id: null, experiment_id: null, tracking_uri: null, url: null, ...mlflow } : null,
+    wandb: wandb ? { run_id: null, dir: null, url: null, mode: null, ...wandb } : null
+  };
+}
+
+export function makeServing(overrides: Partial<IServing> & { model_path: string }): IServing {
+  return { lora_adapter_path: null, base_model: null, ...overrides };
+}
+
+export function makeQueuedReason(message: string): IQueuedReason {
+  return { requested: { workers: 1, per_worker: { CPU: 1 }, total: { CPU: 1 } }, free: { CPU: 0 }, nodes: [], message };
+}
+
+/** A cluster's resources: the kinds given, the others null. */
+export function makeResources(kinds: Partial<Omit<IClusterResources, 'nodes'>> = {}): IClusterResources {
+  return { CPU: null, GPU: null, memory: null, nodes: [], ...kinds };
 }

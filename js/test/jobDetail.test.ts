@@ -1,7 +1,7 @@
 import { describe, expect, it, vi } from 'vitest';
 
 import { IPlotly, JobDetailView } from '../src/shared';
-import { makeCheckpoint, makeDetail } from './fixtures';
+import { makeCheckpoint, makeDetail, makePlan, makeQueuedReason, makeServing, makeTracking } from './fixtures';
 
 function fakePlotly(): IPlotly & { react: ReturnType<typeof vi.fn> } {
   return { react: vi.fn().mockResolvedValue(undefined), purge: vi.fn(), Plots: { resize: vi.fn() } };
@@ -60,7 +60,7 @@ describe('JobDetailView', () => {
 
   it('says why a job is queued, and shows advice and the traceback of a failure', () => {
     const view = new JobDetailView();
-    view.setJob(makeDetail({ status: 'queued', queued_reason: { message: 'waiting for 3 CPU: 2 free' } }));
+    view.setJob(makeDetail({ status: 'queued', queued_reason: makeQueuedReason('waiting for 3 CPU: 2 free') }));
     expect(view.node.querySelector('.jp-CleverThis-JobDetail-queued')?.textContent).toContain('waiting for 3 CPU');
     view.setJob(makeDetail({ status: 'failed', error: 'boom', error_kind: 'out_of_memory',
       advice: 'Try: 1. QLoRA', traceback: 'Traceback (most recent call last): ...' }));
@@ -80,7 +80,7 @@ describe('JobDetailView', () => {
     const resume = view.node.querySelector('.jp-CleverThis-JobDetail-resume') as HTMLButtonElement;
     expect(resume.disabled).toBe(true); // still running
     view.setJob(makeDetail({ status: 'cancelled', checkpoints: ckpts,
-      serving: { model_path: '/d/checkpoints/epoch-2', lora_adapter_path: '/d/checkpoints/epoch-2/adapter_model' } }));
+      serving: makeServing({ model_path: '/d/checkpoints/epoch-2', lora_adapter_path: '/d/checkpoints/epoch-2/adapter_model' }) }));
     expect(resume.disabled).toBe(false);
     resume.click();
     await vi.waitFor(() => expect(onResume).toHaveBeenCalledTimes(1));
@@ -98,12 +98,12 @@ describe('JobDetailView', () => {
     const view = new JobDetailView({ lossCurve: { loadPlotly: async () => fakePlotly() } });
     view.setJob(
       makeDetail({
-        tracking: {
+        tracking: makeTracking({
           tensorboard: { log_dir: '/d/checkpoints/runs/tiny-ft' },
           mlflow: { run_id: 'abc', url: 'http://127.0.0.1:5000/#/experiments/1/runs/abc' },
           wandb: { run_id: 'w1', dir: '/w/offline-run/files', url: null, mode: 'offline' }
-        },
-        plan: { method: 'lora', reasons: { method: 'lora: asked', lora_target_modules: "c_attn: peft's default for gpt2" } }
+        }),
+        plan: makePlan({ method: 'lora', reasons: { method: 'lora: asked', lora_target_modules: "c_attn: peft's default for gpt2" } })
       })
     );
     expect(cell(view, 'TensorBoard')).toBe('/d/checkpoints/runs/tiny-ft');

@@ -16,11 +16,11 @@ import { Widget } from '@lumino/widgets';
 
 import { TrainingPanel } from '../src/panel';
 import { IClusterInfo, ITransport } from '../src/shared';
-import { makeDetail, makeJob } from './fixtures';
+import { makeDetail, makeJob, makeResources, makeTracking } from './fixtures';
 
 const CLUSTERS: IClusterInfo[] = [
-  { name: 'local', address: 'http://127.0.0.1:8265', status: 'running', managed: true, resources: { CPU: { total: 2, free: 1 } } },
-  { name: 'gpu', address: 'http://gpu:8265', status: 'unreachable', managed: false, resources: {} }
+  { name: 'local', address: 'http://127.0.0.1:8265', status: 'running', managed: true, resources: makeResources({ CPU: { total: 2, free: 1 } }) },
+  { name: 'gpu', address: 'http://gpu:8265', status: 'unreachable', managed: false, resources: null }
 ];
 
 function fakeTransport(): ITransport & { [K in keyof ITransport]: Mock } {
@@ -132,7 +132,7 @@ describe('TrainingPanel', () => {
 
   it('opens the job\'s TensorBoard in a new tab, and says why when it cannot', async () => {
     const transport = fakeTransport();
-    const tracking = { tensorboard: { log_dir: '/ckpt/runs/job-0001', viewer: true } };
+    const tracking = makeTracking({ tensorboard: { log_dir: '/ckpt/runs/job-0001', viewer: true } });
     transport.getJob.mockResolvedValue(makeDetail({ status: 'running', tracking }));
     transport.openTensorBoard = vi.fn().mockResolvedValue({ url: '/user/a/cleverthis/tensorboard/abc/', log_dir: '/ckpt/runs', run: 'job-0001' });
     const tab = { opener: {}, location: { href: '' }, close: vi.fn() };
@@ -154,7 +154,7 @@ describe('TrainingPanel', () => {
 
   it('offers no TensorBoard where the server cannot show the folder', async () => {
     const transport = fakeTransport();
-    transport.getJob.mockResolvedValue(makeDetail({ tracking: { tensorboard: { log_dir: 's3://b/runs/j', viewer: false } } }));
+    transport.getJob.mockResolvedValue(makeDetail({ tracking: makeTracking({ tensorboard: { log_dir: 's3://b/runs/j', viewer: false } }) }));
     transport.openTensorBoard = vi.fn();
     const [panel, button] = await tensorBoardButton(transport);
     expect(button.style.display).toBe('none');

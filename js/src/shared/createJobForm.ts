@@ -6,7 +6,7 @@
  * dialog and reusable elsewhere.
  */
 import { CSS_PREFIX, h } from './format';
-import { IFieldError, IJobDetail, IJobSpec, IJSONSchema, ISchemaBundle, JobType } from './model';
+import { IFieldError, IJobDetail, IJobSpec, IJSONSchema, IPreflight, IPreviewRun, ISchemaBundle, JobType } from './model';
 import { describeFields } from './schemaFields';
 import { SchemaForm } from './schemaForm';
 import { ITransport, TransportError, errorMessage } from './transport';
@@ -233,7 +233,7 @@ export class CreateJobForm {
   }
 
   /** Ask the cluster for the pre-flight plan of the current spec and show it under the form. */
-  async checkPlan(transport: ITransport): Promise<Record<string, unknown> | null> {
+  async checkPlan(transport: ITransport): Promise<IPreflight | null> {
     const { spec } = this.readSpec();
     if (!spec) {
       return null;
@@ -242,7 +242,7 @@ export class CreateJobForm {
     try {
       const plan = await transport.planJob(this._cluster, spec);
       this._planOut.replaceChildren(Private.renderPlan(plan));
-      const errors = (plan['errors'] as IFieldError[] | undefined) ?? [];
+      const errors = plan.errors ?? [];
       if (errors.length) {
         this.showErrors(errors);
       }
@@ -262,40 +262,32 @@ export class CreateJobForm {
   private readonly _advancedInput: HTMLTextAreaElement;
 }
 
-/** One run of an example in the pre-flight preview: text, and whether its tokens count toward the loss. */
-interface IPreviewRun {
-  text: string;
-  trained: boolean;
-  tokens: number;
-}
-
 namespace Private {
   /** The pre-flight answer as a small table: format, examples, token lengths, memory, choices with reasons. */
-  export function renderPlan(plan: Record<string, unknown>): HTMLElement {
+  export function renderPlan(plan: IPreflight): HTMLElement {
     const rows: [string, string][] = [];
-    const ds = plan['dataset'] as { format?: string; examples?: number; validation_examples?: number } | undefined;
+    const ds = plan.dataset;
     if (ds) {
       rows.push(['Dataset', `${ds.format} \u00b7 ${ds.examples} examples${ds.validation_examples ? ` + ${ds.validation_examples} validation` : ''}`]);
     }
-    const tl = plan['token_lengths'] as Record<string, number> | undefined;
+    const tl = plan.token_lengths;
     if (tl) {
       rows.push(['Token lengths', `mean ${tl.mean}, p95 ${tl.p95}, max ${tl.max} (${tl.truncated} truncated)`]);
     }
-    const p = plan['plan'] as { memory_estimate_gb?: Record<string, number>; reasons?: Record<string, string> } | undefined;
-    if (p?.memory_estimate_gb) {
+    const p = plan.plan;
+    if (p?.memory_estimate_gb && Object.keys(p.memory_estimate_gb).length) {
       rows.push(['Memory estimate', Object.entries(p.memory_estimate_gb).map(([k, v]) => `${k} ~${v} GB`).join(', ')]);
     }
     for (const [key, reason] of Object.entries(p?.reasons ?? {})) {
       rows.push([key, reason]);
     }
-    if (plan['checkpoint_dir']) {
-      rows.push(['Checkpoints', String(plan['checkpoint_dir'])]);
+    if (plan.checkpoint_dir) {
+      rows.push(['Checkpoints', plan.checkpoint_dir]);
     }
-    const errors = (plan['errors'] as IFieldError[] | undefined) ?? [];
-    for (const e of errors) {
+    for (const e of plan.errors ?? []) {
       rows.push([`Problem (${e.field})`, e.message]);
     }
-    for (const w of (plan['warnings'] as string[] | undefined) ?? []) {
+    for (const w of plan.warnings ?? []) {
       rows.push(['Warning', w]);
     }
     const body = h('tbody');
@@ -303,7 +295,7 @@ namespace Private {
       body.appendChild(h('tr', { 'data-key': k }, h('th', { scope: 'row' }, k), h('td', null, v)));
     }
     const table = h('table', { class: `${CSS_PREFIX}-kvTable` }, body);
-    const preview = (plan['preview'] as IPreviewRun[][] | undefined) ?? [];
+    const preview = plan.preview ?? [];
     return preview.length ? h('div', null, table, renderPreview(preview)) : table;
   }
 

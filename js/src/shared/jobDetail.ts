@@ -21,7 +21,7 @@ import {
 } from './jobDetailSections';
 import { LogView } from './logView';
 import { ILossCurveOptions, LossCurve } from './lossCurve';
-import { ICheckpoint, IJobDetail, IJobEvent, IQueuedReason, isActive } from './model';
+import { ICheckpoint, IJobDetail, IJobEvent, isActive } from './model';
 
 /** Options of {@link JobDetailView}. */
 export interface IJobDetailViewOptions {
@@ -242,7 +242,7 @@ export class JobDetailView {
     this._message.style.display = job.message ? '' : 'none';
     this._error.textContent = job.error ?? '';
     this._error.style.display = job.error ? '' : 'none';
-    const queued = job.status === 'queued' ? (job.queued_reason as IQueuedReason | null)?.message : null;
+    const queued = job.status === 'queued' ? job.queued_reason?.message : null;
     this._queued.textContent = queued ? `Why queued: ${queued}` : '';
     this._queued.style.display = queued ? '' : 'none';
     this._advice.textContent = job.advice ? `${job.error_kind ? `[${job.error_kind}] ` : ''}${job.advice}` : '';

@@ -51,14 +51,14 @@ export function progressRows(job: IJobDetail): KeyValueRow[] {
   ];
 }
 
-/** `JobDetail.serving` (a dict the model does not type). */
-export function servingOf(job: IJobDetail): IServing {
-  return (job.serving ?? {}) as IServing;
+/** `JobDetail.serving`, empty while the job has none. */
+export function servingOf(job: IJobDetail): Partial<IServing> {
+  return job.serving ?? {};
 }
 
-/** `JobDetail.tracking` (a dict the model does not type). */
-export function trackingOf(job: IJobDetail): ITracking {
-  return (job.tracking ?? {}) as ITracking;
+/** `JobDetail.tracking`, empty while the job reported none. */
+export function trackingOf(job: IJobDetail): Partial<ITracking> {
+  return job.tracking ?? {};
 }
 
 /** The Serving table. */
@@ -83,17 +83,16 @@ export function trackingRows(job: IJobDetail): KeyValueRow[] {
 
 /** The Plan table: the automatic choices, with their reasons where the plan gives them. */
 export function planRows(job: IJobDetail): KeyValueRow[] {
-  const plan = (job.plan ?? {}) as IPlan;
+  const plan: Partial<IPlan> = job.plan ?? {};
   const reasons = plan.reasons ?? {};
   return ['method', 'precision', 'strategy', 'gradient_checkpointing', 'lora_target_modules']
     .filter(key => key !== 'lora_target_modules' || reasons[key] !== undefined)
-    .map(key => [key, reasons[key] ?? (plan[key] === undefined ? null : String(plan[key]))] as KeyValueRow);
+    .map(key => [key, reasons[key] ?? (plan[key] === undefined || plan[key] === null ? null : String(plan[key]))] as KeyValueRow);
 }
 
 /** The Configuration table: the job's spec. */
 export function configRows(job: IJobDetail): KeyValueRow[] {
-  const spec = (job.spec ?? {}) as Record<string, unknown>;
-  return Object.keys(spec).map(key => [key, configValue(spec[key])] as KeyValueRow);
+  return Object.entries(job.spec ?? {}).map(([key, value]) => [key, configValue(value)] as KeyValueRow);
 }
 
 /** Options of {@link renderCheckpoints}. */

@@ -6,7 +6,8 @@
  * The payloads the server's pydantic models describe are not written here:
  * they are the types generated from those models (`./generated`, see
  * `js/scripts/build-types.mjs`), re-exported under the names the views use.
- * What is hand-written below has no pydantic model on the server.
+ * What is hand-written below has no pydantic model on the server: the
+ * resume request, the `GET /schema` bundle and the JSON Schema subset.
  */
 import type * as Api from './generated/api';
 import type * as Events from './generated/events';
@@ -68,90 +69,87 @@ export type IValidationEvent = Events.ValidationEvent & { i?: number };
 /** Where a job is, as its `phase` events say. */
 export type JobPhase = Events.Phase;
 
-// ---- Hand-written: no pydantic model on the server (dicts it builds) ----
-
 /** Status of a Ray cluster. */
-export type ClusterStatus = 'running' | 'stopped' | 'unreachable';
+export type ClusterStatus = Api.ClusterState['status'];
 
-/** One resource (CPU, GPU, memory...) of a cluster. */
-export interface IResourceUsage {
-  total: number;
-  free: number;
-}
+/** One resource (CPU, GPU: counts; memory: bytes) of a cluster or node (`ResourceUsage`). */
+export type IResourceUsage = Api.ResourceUsage;
 
-/** `GET /clusters` item. */
-export interface IClusterInfo {
-  name: string;
-  address: string;
-  status: ClusterStatus | string;
-  managed: boolean;
-  /** Null while the cluster is not running. */
-  resources: Record<string, IResourceUsage> | null;
-}
+/** A cluster's resources per kind (null: it has none of that kind), then per node (`ClusterResources`). */
+export type IClusterResources = Api.ClusterResources;
 
-/**
- * What the views read of `JobDetail`'s `dict[str, Any]` fields (the model
- * does not type them): why a queued job waits, the resources it asked for
- * against what is free.
- */
-export interface IQueuedReason {
-  message?: string;
-  requested?: Record<string, unknown>;
-  free?: Record<string, unknown>;
-}
+/** `POST /clusters/{cluster}/up|down` (`ClusterState`). */
+export type IClusterState = Api.ClusterState;
 
-/** `JobDetail.plan`: the automatic choices (method, precision, strategy, ...) with their reasons. */
-export interface IPlan {
-  reasons?: Record<string, string>;
-  [key: string]: unknown;
-}
+/** `GET /clusters` item (`ClusterInfo`); `resources` is null while the cluster is not running. */
+export type IClusterInfo = Api.ClusterInfo;
 
-/** `JobDetail.serving`: what the Model Serving page asks for. */
-export interface IServing {
-  model_path?: string;
-  lora_adapter_path?: string;
-  base_model?: string;
-}
+/** `GET /clusters` (`ClusterList`). */
+export type IClusterList = Api.ClusterList;
+
+/** `GET /clusters/{cluster}/jobs` (`JobPage`). */
+export type IJobPage = Api.JobPage;
+
+/** `JobDetail.queued_reason`: why a queued job waits, what it asked for against what is free (`QueuedReason`). */
+export type IQueuedReason = Api.QueuedReason;
+
+/** `JobDetail.plan` and the pre-flight's `plan`: the automatic choices with their reasons (`Plan`). */
+export type IPlan = Api.Plan;
+
+/** `JobDetail.serving`: what the Model Serving page asks for (`Serving`). */
+export type IServing = Api.Serving;
 
 /** `JobDetail.tracking`: where the run's records went (report_to): TensorBoard folder, MLflow run, W&B run. */
-export interface ITracking {
-  /** `viewer`: this Jupyter server can show the folder in TensorBoard ("Open in TensorBoard"). */
-  tensorboard?: { log_dir?: string | null; viewer?: boolean };
-  mlflow?: { run_id?: string; experiment_id?: string; tracking_uri?: string; url?: string | null };
-  wandb?: { run_id?: string; dir?: string; url?: string | null; mode?: string };
-}
+export type ITracking = Api.Tracking;
 
-/** The TensorBoard of a job's checkpoint folder, behind the server's proxy. */
-export interface ITensorBoard {
-  /** Where to open it (same origin: the server's base URL). */
-  url: string;
-  log_dir: string;
-  /** The job's run in it. */
-  run: string;
-}
+/** `JobDetail.utilisation` item: a worker's latest resource use (`UtilisationEvent`). */
+export type IUtilisation = Api.UtilisationEvent;
 
-/** Options of a resume: epochs (default: those that remain) and the checkpoint (default: the latest). */
+/** `GET .../jobs/{name}/tensorboard`: the TensorBoard of a job's records, behind the server's proxy. */
+export type ITensorBoard = Api.TensorBoardLink;
+
+/** `GET .../jobs/{name}/logs` (`LogsPage`). */
+export type ILogsPage = Api.LogsPage;
+
+/** `GET .../jobs/{name}/metrics`: the loss curves, downsampled (`Curves`). */
+export type ICurves = Api.Curves;
+
+/** `POST /clusters/{cluster}/plan`: the pre-flight answer (`Preflight`). */
+export type IPreflight = Api.Preflight;
+
+/** One run of an example in the pre-flight preview (`PreviewRun`). */
+export type IPreviewRun = Api.PreviewRun;
+
+/** One field error of a 422 `invalid_spec` answer or of the pre-flight (`FieldError`). */
+export type IFieldError = Api.FieldError;
+
+/**
+ * `GET /clusters/{cluster}/jobs/{name}/events?since=N` (`EventsPage`): the
+ * model leaves the events untyped; they are the generated event union.
+ */
+export type IEventsPage = Omit<Api.EventsPage, 'events'> & { events: IJobEvent[] };
+
+// ---- Hand-written: no pydantic model on the server ----
+
+/**
+ * Body of `POST .../jobs/{name}/resume`: epochs (default: those that remain)
+ * and the checkpoint (default: the latest); the handler checks it field by field.
+ */
 export interface IResumeOptions {
   epochs?: number;
   checkpoint?: string;
 }
 
-/** `GET /clusters/{cluster}/jobs/{name}/events?since=N`. */
-export interface IEventsPage {
-  events: IJobEvent[];
-  next: number;
-}
-
-/** `GET /schema`. */
+/**
+ * `GET /schema` (`jupyter_cleverthis.schemas.schema_bundle()`, also the
+ * CreateJobForm widget's `schema` traitlet): JSON Schema documents, typed
+ * by the meta-schema subset below, not instances of a model.
+ */
 export interface ISchemaBundle {
   job_spec: IJSONSchema;
   training_config?: IJSONSchema;
-}
-
-/** One field error of a 422 `invalid_spec` answer. */
-export interface IFieldError {
-  field: string;
-  message: string;
+  /** The server's refresh interval (s); absent in the widget's traitlet. */
+  refresh_interval_s?: number;
 }
 
 /** The subset of JSON Schema (as emitted by pydantic v2) the form generator reads. */
@@ -192,7 +190,7 @@ export function isStepEvent(event: IJobEvent): event is IStepEvent {
 export function summaryAsDetail(job: IJobSummary): IJobDetail {
   return {
     ...job,
-    spec: {},
+    spec: null,
     phase: null,
     checkpoint_dir: null,
     checkpoints: [],

@@ -8,10 +8,14 @@ import { ServerConnection } from '@jupyterlab/services';
 
 import {
   IClusterInfo,
+  IClusterList,
   IEventsPage,
   IJobDetail,
+  IJobPage,
   IJobSpec,
   IJobSummary,
+  ILogsPage,
+  IPreflight,
   IResumeOptions,
   ISchemaBundle,
   ITensorBoard
@@ -44,12 +48,12 @@ export class RestTransport implements ITransport {
   }
 
   async listClusters(): Promise<IClusterInfo[]> {
-    const body = await this._request<{ clusters: IClusterInfo[] }>('GET', ['clusters']);
+    const body = await this._request<IClusterList>('GET', ['clusters']);
     return body.clusters ?? [];
   }
 
   async listJobs(cluster: string): Promise<IJobSummary[]> {
-    const body = await this._request<{ jobs: IJobSummary[] }>('GET', ['clusters', cluster, 'jobs']);
+    const body = await this._request<IJobPage>('GET', ['clusters', cluster, 'jobs']);
     return body.jobs ?? [];
   }
 
@@ -72,12 +76,12 @@ export class RestTransport implements ITransport {
     return this._request<IJobDetail>('POST', ['clusters', cluster, 'jobs', name, 'resume'], { ...options });
   }
 
-  planJob(cluster: string, spec: IJobSpec): Promise<Record<string, unknown>> {
-    return this._request<Record<string, unknown>>('POST', ['clusters', cluster, 'plan'], { ...spec, cluster });
+  planJob(cluster: string, spec: IJobSpec): Promise<IPreflight> {
+    return this._request<IPreflight>('POST', ['clusters', cluster, 'plan'], { ...spec, cluster });
   }
 
   async getLogs(cluster: string, name: string): Promise<string> {
-    const body = await this._request<{ text: string }>('GET', [
+    const body = await this._request<ILogsPage>('GET', [
       'clusters',
       cluster,
       'jobs',

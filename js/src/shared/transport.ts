@@ -10,6 +10,7 @@ import {
   IJobDetail,
   IJobSpec,
   IJobSummary,
+  IPreflight,
   IResumeOptions,
   ISchemaBundle,
   ITensorBoard
@@ -25,7 +26,7 @@ export interface ITransport {
   /** A new job continuing `name` from its latest (or the given) checkpoint. */
   resumeJob(cluster: string, name: string, options?: IResumeOptions): Promise<IJobDetail>;
   /** The pre-flight plan of a spec, computed on the cluster without submitting. */
-  planJob(cluster: string, spec: IJobSpec): Promise<Record<string, unknown>>;
+  planJob(cluster: string, spec: IJobSpec): Promise<IPreflight>;
   getLogs(cluster: string, name: string): Promise<string>;
   getEvents(cluster: string, name: string, since: number): Promise<IEventsPage>;
   getSchema(): Promise<ISchemaBundle>;

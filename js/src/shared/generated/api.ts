@@ -15,6 +15,14 @@ export type JobStatus = 'queued' | 'initializing' | 'running' | 'succeeded' | 'f
 
 /**
  * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "ChatTemplateChoice".
+ */
+export interface ChatTemplateChoice {
+  name: string;
+  reason: string;
+}
+/**
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
  * via the `definition` "Checkpoint".
  */
 export interface Checkpoint {
@@ -25,6 +33,129 @@ export interface Checkpoint {
   train_loss: number | null;
   eval_loss: number | null;
   adapter_path: string | null;
+}
+/**
+ * A `GET /clusters` item; `resources` is null while the cluster is not running (or does not say).
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "ClusterInfo".
+ */
+export interface ClusterInfo {
+  name: string;
+  address: string;
+  managed: boolean;
+  status: 'running' | 'starting' | 'stopped' | 'unreachable';
+  resources: ClusterResources | null;
+}
+/**
+ * The cluster's resources (clusters.cluster_resources): per kind, then per node; a kind it lacks is null.
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "ClusterResources".
+ */
+export interface ClusterResources {
+  CPU: ResourceUsage | null;
+  GPU: ResourceUsage | null;
+  memory: ResourceUsage | null;
+  nodes: NodeResources[];
+}
+/**
+ * One kind of resource of a cluster or node (CPU, GPU: counts; memory: bytes).
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "ResourceUsage".
+ */
+export interface ResourceUsage {
+  total: number;
+  free: number;
+}
+/**
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "NodeResources".
+ */
+export interface NodeResources {
+  node_id: string;
+  CPU: ResourceUsage | null;
+  GPU: ResourceUsage | null;
+  memory: ResourceUsage | null;
+}
+/**
+ * `GET /clusters`.
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "ClusterList".
+ */
+export interface ClusterList {
+  clusters: ClusterInfo[];
+}
+/**
+ * `POST /clusters/{cluster}/up|down`: the cluster's public config (never its token) and status.
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "ClusterState".
+ */
+export interface ClusterState {
+  name: string;
+  address: string;
+  managed: boolean;
+  status: 'running' | 'starting' | 'stopped' | 'unreachable';
+}
+/**
+ * `GET .../jobs/{name}/metrics`: the step-loss series downsampled to at most max_points (`count`: the steps
+ * in all), the epoch ends, the validation points and the latest step's figures.
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "Curves".
+ */
+export interface Curves {
+  count: number;
+  step: number[];
+  loss: number[];
+  epochs: EpochPoint[];
+  validation: ValidationPoint[];
+  latest: Metrics | null;
+}
+/**
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "EpochPoint".
+ */
+export interface EpochPoint {
+  epoch: number | null;
+  step: number | null;
+  train_loss: number | null;
+}
+/**
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "ValidationPoint".
+ */
+export interface ValidationPoint {
+  epoch: number | null;
+  step: number | null;
+  eval_loss: number | null;
+  perplexity: number | null;
+}
+/**
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "Metrics".
+ */
+export interface Metrics {
+  step: number | null;
+  total_steps: number | null;
+  epoch: number | null;
+  loss: number | null;
+  learning_rate: number | null;
+  tokens_per_s: number | null;
+  eta_s: number | null;
+}
+/**
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "DatasetFacts".
+ */
+export interface DatasetFacts {
+  format: string;
+  examples: number;
+  validation_examples: number;
+  files: string[];
 }
 /**
  * This interface was referenced by `CleverThisApi`'s JSON-Schema
@@ -53,6 +184,30 @@ export interface DeepSpeedConfig {
   bf16?: boolean;
 }
 /**
+ * `GET .../jobs/{name}/events?since=N`: the job's events after index N, in log order, each one of
+ * cleverthis_runtime.event_models (js/src/shared/generated/events.ts) with its index `i` in the job's event log;
+ * `next` is the last index sent (`since` when none).
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "EventsPage".
+ */
+export interface EventsPage {
+  events: {
+    [k: string]: unknown;
+  }[];
+  next: number;
+}
+/**
+ * A problem with one field of the spec (`training_config.x` for a training config field; "" for the spec).
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "FieldError".
+ */
+export interface FieldError {
+  field: string;
+  message: string;
+}
+/**
  * This interface was referenced by `CleverThisApi`'s JSON-Schema
  * via the `definition` "JobDetail".
  */
@@ -74,9 +229,7 @@ export interface JobDetail {
   ended_at: number | null;
   elapsed_s: number | null;
   message: string | null;
-  spec: {
-    [k: string]: unknown;
-  } | null;
+  spec: JobSpec | null;
   phase: string | null;
   checkpoint_dir: string | null;
   checkpoints: Checkpoint[];
@@ -85,37 +238,14 @@ export interface JobDetail {
   error_kind: string | null;
   advice: string | null;
   traceback: string | null;
-  queued_reason: {
-    [k: string]: unknown;
-  } | null;
-  serving: {
-    [k: string]: unknown;
-  } | null;
+  queued_reason: QueuedReason | null;
+  serving: Serving | null;
   log_url: string | null;
-  plan: {
-    [k: string]: unknown;
-  } | null;
-  tracking: {
-    [k: string]: unknown;
-  } | null;
+  plan: Plan | null;
+  tracking: Tracking | null;
   stopped_early: boolean;
   stop_reason: string | null;
-  utilisation: {
-    [k: string]: unknown;
-  }[];
-}
-/**
- * This interface was referenced by `CleverThisApi`'s JSON-Schema
- * via the `definition` "Metrics".
- */
-export interface Metrics {
-  step: number | null;
-  total_steps: number | null;
-  epoch: number | null;
-  loss: number | null;
-  learning_rate: number | null;
-  tokens_per_s: number | null;
-  eta_s: number | null;
+  utilisation: UtilisationEvent[];
 }
 /**
  * What a user asks for when creating a job (the Create Job dialog's fields, the page's defaults).
@@ -310,6 +440,147 @@ export interface TrainingConfig {
   cancel_grace_s?: number | null;
 }
 /**
+ * Why a queued job waits (detail.why_queued): what it asked for against what the cluster has free (null where
+ * the cluster does not say), the cluster's nodes, and the sentence the views show.
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "QueuedReason".
+ */
+export interface QueuedReason {
+  requested: QueuedRequest;
+  free: {
+    [k: string]: number | null;
+  };
+  nodes: NodeResources[] | null;
+  message: string;
+}
+/**
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "QueuedRequest".
+ */
+export interface QueuedRequest {
+  workers: number;
+  per_worker: {
+    [k: string]: number;
+  };
+  total: {
+    [k: string]: number;
+  };
+}
+/**
+ * What the Model Serving page asks for: the model's path, and the LoRA adapter's with the base it applies to.
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "Serving".
+ */
+export interface Serving {
+  model_path: string;
+  lora_adapter_path: string | null;
+  base_model: string | null;
+}
+/**
+ * The automatic choices (the runtime's `plan` event, the pre-flight's `plan`) and why (`reasons` per field).
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "Plan".
+ */
+export interface Plan {
+  method: string | null;
+  precision: string | null;
+  strategy: string | null;
+  gradient_checkpointing: boolean | null;
+  memory_estimate_gb: {
+    [k: string]: number;
+  };
+  reasons: {
+    [k: string]: string;
+  };
+  parameters: number | null;
+  chat_template: string | null;
+  lora_target_modules: string | string[] | null;
+  [k: string]: unknown;
+}
+/**
+ * Where the run's records went (its report_to; the runtime's `tracking` event); null: not reported to.
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "Tracking".
+ */
+export interface Tracking {
+  tensorboard: TensorBoardTracking | null;
+  mlflow: MlflowTracking | null;
+  wandb: WandbTracking | null;
+}
+/**
+ * `viewer`: this Jupyter server can show the folder in TensorBoard ("Open in TensorBoard").
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "TensorBoardTracking".
+ */
+export interface TensorBoardTracking {
+  log_dir: string | null;
+  viewer: boolean;
+  [k: string]: unknown;
+}
+/**
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "MlflowTracking".
+ */
+export interface MlflowTracking {
+  run_id: string | null;
+  experiment_id: string | null;
+  tracking_uri: string | null;
+  url: string | null;
+  [k: string]: unknown;
+}
+/**
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "WandbTracking".
+ */
+export interface WandbTracking {
+  run_id: string | null;
+  dir: string | null;
+  url: string | null;
+  mode: string | null;
+  [k: string]: unknown;
+}
+/**
+ * One worker's resource use (CPU %, memory; the GPU's from torch and NVML when it has one).
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "UtilisationEvent".
+ */
+export interface UtilisationEvent {
+  src: string | null;
+  seq: number;
+  t: number | null;
+  type: 'utilisation';
+  rank: number;
+  hostname: string | null;
+  pid: number | null;
+  step: number | null;
+  epoch: number | null;
+  cpu_percent: number | null;
+  rss_bytes: number | null;
+  gpu_index: number | null;
+  gpu_util_percent: number | null;
+  gpu_memory_allocated_bytes: number | null;
+  gpu_memory_used_bytes: number | null;
+  gpu_memory_total_bytes: number | null;
+  gpu_error: string | null;
+  [k: string]: unknown;
+}
+/**
+ * `GET /clusters/{cluster}/jobs`: a page of summaries, and how many jobs matched in all.
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "JobPage".
+ */
+export interface JobPage {
+  jobs: JobSummary[];
+  total: number;
+}
+/**
  * This interface was referenced by `CleverThisApi`'s JSON-Schema
  * via the `definition` "JobSummary".
  */
@@ -331,4 +602,77 @@ export interface JobSummary {
   ended_at: number | null;
   elapsed_s: number | null;
   message: string | null;
+}
+/**
+ * `GET .../jobs/{name}/logs?offset=&limit=`: the log text from `offset`; `next` continues it, `size` is the
+ * whole log's length (characters).
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "LogsPage".
+ */
+export interface LogsPage {
+  text: string;
+  offset: number;
+  next: number;
+  size: number;
+}
+/**
+ * `POST /clusters/{cluster}/plan`: what the job would do, computed on the cluster (cleverthis_runtime.preflight):
+ * field errors, warnings, the dataset's facts, token lengths, the merged training config, the checkpoint folder and
+ * its owner, and the automatic plan. A fact the pre-flight could not establish (or skipped) is null.
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "Preflight".
+ */
+export interface Preflight {
+  errors: FieldError[];
+  warnings: string[];
+  training_config_file: string | null;
+  dataset: DatasetFacts | null;
+  training_config: {
+    [k: string]: unknown;
+  } | null;
+  checkpoint_dir: string | null;
+  checkpoint_owner: string | null;
+  resume_from: string | null;
+  token_lengths: {
+    [k: string]: number;
+  } | null;
+  parameters: number | null;
+  plan: Plan | null;
+  chat_template: ChatTemplateChoice | null;
+  lora_target_modules: TargetModulesChoice | null;
+  preview: PreviewRun[][];
+  [k: string]: unknown;
+}
+/**
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "TargetModulesChoice".
+ */
+export interface TargetModulesChoice {
+  modules: string | string[];
+  reason: string;
+}
+/**
+ * A run of an example's tokens as the model sees them; `trained`: they count toward the loss.
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "PreviewRun".
+ */
+export interface PreviewRun {
+  text: string;
+  trained: boolean;
+  tokens: number;
+}
+/**
+ * `GET .../jobs/{name}/tensorboard`: where the TensorBoard of the job's records is (the server's proxy, same
+ * origin), the folder it shows and the job's run in it.
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "TensorBoardLink".
+ */
+export interface TensorBoardLink {
+  url: string;
+  log_dir: string;
+  run: string;
 }
