@@ -2,10 +2,15 @@
 
     %train --name N --cluster C --model M --dataset D [--type finetune] [--framework torch]
            [--epochs 3] [--batch-size 32] [--workers 2] [--wait]          create (the default subcommand)
-    %train list | show N [--json] | logs N | cancel N                       manage jobs (all take --cluster)
+    %train list | show N [--json] | logs N [--follow] | cancel N            manage jobs (all take --cluster)
+    %train resume N [--epochs E] [--new-name M] [--wait] [--json]           continue a job as a new job
     %train cluster up | down | list [--json]                                the managed local cluster
     %train download MODEL [--cluster C] [--revision R] [--json]             pre-fetch a Hub model on every node
     %train setup tensorflow [--path P]                                      the environment of framework tensorflow
+
+Exit codes of `cleverthis-train`: 0 done (a waited-for job succeeded), 1 a waited-for job (or a download) did
+not succeed, 2 a usage error (an unknown option, a bad value, an invalid spec), 3 the service or the cluster
+refused or failed (not running, not found, Ray unreachable), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import BadRequest, CleverThisError
+from .errors import BadRequest, CleverThisError, InvalidSpec
 from .spec import JobSpec, JobStatus
 from .text import detail_text, download_text, jobs_table, progress_line
 
@@ -86,12 +91,17 @@ def build_parser(prog: str = "cleverthis-train") -> argparse.ArgumentParser:
         cluster_opt(sp)
         if name == "show":
             sp.add_argument("--json", action="store_true")
+        if name == "logs":
+            sp.add_argument("--follow", "-f", action="store_true",
+                            help="keep printing the log as it grows, until the job ends")
 
     rs = sub.add_parser("resume", help="continue a job from its latest checkpoint as a new job")
     rs.add_argument("name")
     cluster_opt(rs)
     rs.add_argument("--epochs", type=_int("--epochs"), default=None, help="default: the epochs that remain")
     rs.add_argument("--new-name", dest="new_name", default=None, help="default: NAME-resume-N")
+    rs.add_argument("--wait", action="store_true", help="block until the new job ends; exit non-zero unless succeeded")
+    rs.add_argument("--json", action="store_true", help="print the new job as JSON")
 
     dl = sub.add_parser("download", help="pre-fetch a Hugging Face model into the model cache of every node")
     dl.add_argument("model", help="Hub model id, e.g. meta-llama/Llama-2-7b-hf")
@@ -201,19 +211,25 @@ def execute(a: argparse.Namespace, out: Callable[[str], None], *, service: Any =
 def _create(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:
     spec = spec_from_args(a)
     d = svc.create(spec)
+    return _finish(a, out, svc, d, progress_line)
+
+
+def _finish(a: argparse.Namespace, out: Callable[[str], None], svc: Any, d: Any, line: Callable[[Any], str]) -> Any:
+    """After create or resume: with --wait, progress lines until the job ends and its checkpoints; then the job."""
     if a.wait:
         last = [""]
 
         def show(det: Any) -> None:
-            line = progress_line(det)
-            if line != last[0]:
-                out(line)
-                last[0] = line
+            text = progress_line(det)
+            if text != last[0]:
+                out(text)
+                last[0] = text
 
-        d = svc.wait(spec.cluster, spec.name, on_change=show)
+        d = svc.wait(d.cluster, d.name, on_change=show)
         for c in d.checkpoints:
             out(f"checkpoint {c.name}: {c.path}")
-    out(d.model_dump_json(indent=2) if a.json else progress_line(d))
+        line = progress_line
+    out(d.model_dump_json(indent=2) if a.json else line(d))
     return d
 
 
@@ -229,16 +245,28 @@ def _show(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:
     return d
 
 
-def _logs(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:
-    text = svc.logs(a.cluster, a.name)["text"]
-    out(text)
-    return text
+def _logs(a: argparse.Namespace, out: Callable[[str], None], svc: Any, *, poll: float = 1.0) -> Any:
+    page = svc.logs(a.cluster, a.name)
+    if page["text"]:
+        out(page["text"].rstrip("\n"))
+    if not a.follow:
+        return page["text"]
+    offset = page["next"]
+    while True:  # what was added since, until the job has ended and its log is read to the end
+        ended = svc.get(a.cluster, a.name).status.is_terminal()
+        page = svc.logs(a.cluster, a.name, offset=offset)
+        if page["text"]:
+            out(page["text"].rstrip("\n"))
+        offset = page["next"]
+        if ended:
+            return None
+        time.sleep(poll)
 
 
 def _resume(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:
     d = svc.resume(a.cluster, a.name, epochs=a.epochs, new_name=a.new_name)
-    out(f"[{d.name}] resuming '{a.name}' from {d.base_model} for {d.epochs} epoch(s) ({d.status.value})")
-    return d
+    return _finish(a, out, svc, d, lambda d: f"[{d.name}] resuming '{a.name}' from {d.base_model} for {d.epochs} "
+                                             f"epoch(s) ({d.status.value})")
 
 
 def _cancel(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:
@@ -301,18 +329,25 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Callable[[str], None], Any], A
 }
 
 
+#: errors that mean "what you typed is wrong" (exit 2); every other error is the service's or the cluster's (3)
+USAGE_ERRORS = (UsageError, BadRequest, InvalidSpec)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         a = parse(sys.argv[1:] if argv is None else argv)
         d = execute(a, lambda s: print(s, flush=True))
     except HelpShown:
         return 0
-    except CleverThisError as e:
+    except USAGE_ERRORS as e:
         print(f"error: {e.message}", file=sys.stderr)
         return 2
+    except CleverThisError as e:
+        print(f"error: {e.message}", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         return 130
-    if a.command == "create" and getattr(a, "wait", False):
+    if a.command in ("create", "resume", None) and getattr(a, "wait", False):
         return 0 if d.status == JobStatus.SUCCEEDED else 1
     if a.command == "download":
         return 0 if d.get("ok") else 1

@@ -117,6 +117,13 @@ def test_cli_wait_and_json(ray_cluster, tiny_model, dataset, job_name, capsys):
     assert main(["list"]) == 0
     assert job_name in capsys.readouterr().out
     assert Path(shown["checkpoint_dir"], "epoch-final").exists()
+    # the job has ended: --follow prints the whole log once and returns
+    assert main(["logs", job_name, "--follow"]) == 0
+    assert "@@cleverthis-event" in capsys.readouterr().out
+    # exit codes: 3 when the service refuses (no such job), 2 for what was typed wrong
+    assert main(["resume", f"{job_name}-missing", "--wait"]) == 3
+    assert "no job" in capsys.readouterr().err.lower()
+    assert main(["resume", job_name, "--epochs", "zero"]) == 2
 
 
 def test_queued_job_says_why(ray_cluster, tiny_model, dataset, job_name):

@@ -52,3 +52,89 @@ def test_console_script_prints_one_line_error(capsys):
 def test_config_arg_inline_json():
     spec = spec_from_args(parse(["--name", "n", "--config", '{"method": "lora", "lora_r": 8}']))
     assert spec.training_config.lora_r == 8
+
+
+class _Job:
+    """What the CLI reads of a job detail."""
+
+    def __init__(self, name, status, phase=None, checkpoints=()):
+        from types import SimpleNamespace
+
+        self.name, self.cluster, self.status, self.phase, self.error = name, "local", status, phase, None
+        self.metrics, self.base_model, self.epochs = None, "/ckpt/epoch-1", 1
+        self.checkpoints = [SimpleNamespace(name=c, path=f"/ckpt/{c}") for c in checkpoints]
+
+    def model_dump_json(self, indent=None):
+        import json
+
+        return json.dumps({"name": self.name, "status": self.status.value})
+
+
+class _FakeService:
+    """A job service whose job runs for three polls and whose log grows at each read."""
+
+    def __init__(self, final):
+        from jupyter_cleverthis.spec import JobStatus
+
+        self.final, self.gets, self.log = final, 0, ""
+        self.running = JobStatus.RUNNING
+
+    def get(self, cluster, name):
+        self.gets += 1
+        return _Job(name, self.running if self.gets < 3 else self.final, checkpoints=["epoch-1"])
+
+    def logs(self, cluster, name, offset=0, limit=None):
+        self.log += f"line {len(self.log.splitlines()) + 1}\n"
+        return {"text": self.log[offset:], "offset": offset, "next": len(self.log), "size": len(self.log)}
+
+    def resume(self, cluster, name, epochs=None, new_name=None):
+        return _Job(new_name or f"{name}-resume-1", self.running)
+
+    def wait(self, cluster, name, on_change=None, **kw):
+        while True:
+            d = self.get(cluster, name)
+            on_change(d)
+            if d.status.is_terminal():
+                return d
+
+
+def test_logs_follow_prints_what_was_added_until_the_job_ends():
+    from jupyter_cleverthis.cli import _logs
+    from jupyter_cleverthis.spec import JobStatus
+
+    out, svc = [], _FakeService(JobStatus.SUCCEEDED)
+    _logs(parse(["logs", "j", "--follow"]), out.append, svc, poll=0)
+    text = "\n".join(out)
+    assert text.splitlines() == [f"line {k}" for k in range(1, 5)]  # each line once, the last read after the end
+    assert svc.gets == 3
+    out.clear()
+    _logs(parse(["logs", "j"]), out.append, _FakeService(JobStatus.SUCCEEDED), poll=0)
+    assert out == ["line 1"]
+
+
+@pytest.mark.parametrize(("final", "code"), [("SUCCEEDED", 0), ("FAILED", 1)])
+def test_resume_wait_follows_the_new_job_and_exits_with_its_outcome(monkeypatch, capsys, final, code):
+    import jupyter_cleverthis.service.jobs as jobs
+    from jupyter_cleverthis.spec import JobStatus
+
+    monkeypatch.setattr(jobs, "JobService", lambda: _FakeService(JobStatus[final]))
+    assert main(["resume", "j", "--new-name", "j2", "--wait"]) == code
+    out = capsys.readouterr().out
+    assert "[j2] running" in out and f"[j2] {final.lower()}" in out and "checkpoint epoch-1: /ckpt/epoch-1" in out
+
+
+def test_exit_codes_separate_usage_from_service_errors(monkeypatch, tmp_path, capsys):
+    from jupyter_cleverthis.errors import ClusterNotRunning, JobNotFound
+
+    assert main(["show"]) == 2  # a missing argument
+    assert main(["--name", "bad/name"]) == 2  # an invalid spec
+    for err in (JobNotFound("no job named 'j' on cluster 'local'"), ClusterNotRunning("cluster 'local' is not running")):
+        class Failing:
+            def get(self, cluster, name, _e=err):
+                raise _e
+
+        import jupyter_cleverthis.service.jobs as jobs
+
+        monkeypatch.setattr(jobs, "JobService", Failing)
+        assert main(["show", "j"]) == 3
+        assert capsys.readouterr().err.startswith("error: ")
