@@ -77,7 +77,7 @@ def build_parser(prog: str = "cleverthis-train") -> argparse.ArgumentParser:
     for flag, field in CREATE_OPTIONS:
         _spec_option(c, flag, field)
     c.add_argument("--config", dest="training_config", default=None,
-                   help="training_config overrides: a JSON object or a path to a JSON file")
+                   help="training_config overrides: a JSON object, or a JSON or YAML file")
     c.add_argument("--wait", action="store_true", help="block until the job ends; exit non-zero unless succeeded")
     c.add_argument("--json", action="store_true", help="print the job as JSON")
 
@@ -182,18 +182,23 @@ def spec_from_args(a: argparse.Namespace) -> Any:
 
 
 def load_config_arg(value: str) -> dict[str, Any]:
-    text = value
+    """--config: a JSON object, or a JSON or YAML file (YAML is a superset of JSON: one parser reads both)."""
+    import yaml
+
+    text, where = value, "--config"
     if not value.lstrip().startswith("{"):
         path = Path(value)
-        if not path.exists():
+        if not path.is_file():
             raise BadRequest(f"--config: {value} is neither a JSON object nor an existing file")
-        text = path.read_text()
+        text, where = path.read_text(), f"--config {value}"
     try:
-        obj = json.loads(text)
-    except ValueError as e:
-        raise BadRequest(f"--config: not valid JSON ({e})") from e
+        obj = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f" (line {mark.line + 1})" if mark is not None else ""
+        raise BadRequest(f"{where}: not valid JSON or YAML{line}: {getattr(e, 'problem', e)}") from e
     if not isinstance(obj, dict):
-        raise BadRequest("--config: expected a JSON object")
+        raise BadRequest(f"{where}: expected a mapping of training_config keys (a JSON object or YAML mapping)")
     return obj
 
 

@@ -54,6 +54,23 @@ def test_config_arg_inline_json():
     assert spec.training_config.lora_r == 8
 
 
+def test_config_arg_reads_a_json_or_yaml_file_and_names_a_bad_line(tmp_path):
+    from jupyter_cleverthis.errors import BadRequest
+
+    (tmp_path / "tc.yaml").write_text("method: lora\nlora_r: 4\n# a comment\nlearning_rate: 1.0e-4\n")
+    (tmp_path / "tc.json").write_text('{"method": "full", "max_seq_length": 64}')
+    spec = spec_from_args(parse(["--name", "n", "--config", str(tmp_path / "tc.yaml")]))
+    assert (spec.training_config.method, spec.training_config.lora_r, spec.training_config.learning_rate) == \
+        ("lora", 4, 1e-4)
+    assert spec_from_args(parse(["--name", "n", "--config", str(tmp_path / "tc.json")])).training_config.max_seq_length == 64
+    (tmp_path / "bad.yaml").write_text("method: lora\nlora_r: [4\n")
+    with pytest.raises(BadRequest, match=r"bad.yaml: not valid JSON or YAML \(line 3\)"):
+        spec_from_args(parse(["--name", "n", "--config", str(tmp_path / "bad.yaml")]))
+    (tmp_path / "list.yaml").write_text("- method\n")
+    with pytest.raises(BadRequest, match="expected a mapping"):
+        spec_from_args(parse(["--name", "n", "--config", str(tmp_path / "list.yaml")]))
+
+
 class _Job:
     """What the CLI reads of a job detail."""
 
