@@ -87,7 +87,7 @@ def test_lora_on_every_family(ray_cluster, tiny_arch, dataset, tmp_path, job_nam
         assert final.status == JobStatus.SUCCEEDED, (arch, final.error, [e for e in evs if e["type"] == "error"])
         plan = [e for e in evs if e["type"] == "plan"][0]
         assert plan["lora_target_modules"] == FAMILIES[arch], arch
-        assert final.plan["lora_target_modules"] == FAMILIES[arch]
+        assert final.plan.lora_target_modules == FAMILIES[arch]
         reason = plan["reasons"]["lora_target_modules"]
         assert ("peft's default for " + arch in reason) if arch != "phi3" else ("attention blocks" in reason)
         assert plan["chat_template"] == ("custom" if arch == "qwen2" else TEMPLATE[arch])

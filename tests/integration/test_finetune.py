@@ -62,7 +62,7 @@ def test_lora_finetune_two_epochs(ray_cluster, tiny_model, dataset, job_name):
     assert done.status == JobStatus.SUCCEEDED, done.error
     assert [c.name for c in done.checkpoints] == ["epoch-3"]
     assert os.readlink(root / "epoch-final") == "epoch-3"
-    assert done.serving["lora_adapter_path"].endswith("epoch-final/adapter_model")
+    assert done.serving.lora_adapter_path.endswith("epoch-final/adapter_model")
 
     steps = [e for e in svc.events("local", job_name) if e["type"] == "step"]
     assert len(steps) >= 10
@@ -143,8 +143,8 @@ def test_queued_job_says_why(ray_cluster, tiny_model, dataset, job_name):
             time.sleep(0.5)
         assert d.status == JobStatus.QUEUED and d.phase == "starting_workers"
         reason = d.queued_reason
-        assert reason["requested"]["total"] == {"CPU": float(n)}
-        assert f"waiting for {n} CPU" in reason["message"] and reason["nodes"]
+        assert reason.requested.total == {"CPU": float(n)}
+        assert f"waiting for {n} CPU" in reason.message and reason.nodes
         time.sleep(3)
         assert svc.get("local", job_name).status == JobStatus.QUEUED  # still waiting, not failed
     finally:

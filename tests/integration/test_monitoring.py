@@ -67,5 +67,5 @@ def test_ray_metrics_and_utilisation(ray_cluster, tiny_model, dataset, job_name,
     util = [e for e in evs if e["type"] == "utilisation"]
     assert len([u for u in util if u.get("epoch") is not None]) == 2  # one at each epoch end
     assert all(u["rank"] == 0 and u["rss_bytes"] > 50_000_000 and u["cpu_percent"] >= 0 for u in util)
-    assert [u["rank"] for u in final.utilisation] == [0]
-    assert final.utilisation[0]["seq"] == util[-1]["seq"]
+    assert [u.rank for u in final.utilisation] == [0]
+    assert final.utilisation[0].seq == util[-1]["seq"]

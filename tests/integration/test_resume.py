@@ -63,7 +63,7 @@ def test_cancel_mid_epoch_then_resume_equals_straight_run(ray_cluster, tiny_mode
     assert ev["exact"] and ev["global_step"] == step and ev["base_loaded"] == "original"
     first = [e for e in svc.events("local", resumed.name) if e["type"] == "step"][0]
     assert first["step"] == step + 1  # continues at the next step, not from the epoch start
-    assert r.serving["base_model"] == tiny_model  # the adapter applies to the original base
+    assert r.serving.base_model == tiny_model  # the adapter applies to the original base
 
     ref = straight / "epoch-2"
     assert max_diff(ref / ADAPTER, cut / "epoch-2" / ADAPTER) <= 1e-4

@@ -84,7 +84,7 @@ def test_two_workers_train_checkpoint_and_resume(ray_cluster, tf_model, dataset,
     epochs = [e for e in evs if e["type"] == "epoch"]
     assert [e["epoch"] for e in epochs] == [1, 2] and epochs[1]["train_loss"] < epochs[0]["train_loss"]
     assert sum(e["loss"] for e in steps[-3:]) < sum(e["loss"] for e in steps[:3])
-    assert d.metrics.loss == steps[-1]["loss"] and d.plan["strategy"] == "multi_worker_mirrored"
+    assert d.metrics.loss == steps[-1]["loss"] and d.plan.strategy == "multi_worker_mirrored"
 
     # The page's layout: epoch-1/, epoch-2/, epoch-final and latest -> epoch-2; Keras files + training state.
     root = Path(d.checkpoint_dir)

@@ -75,7 +75,7 @@ def test_tensorboard_mlflow_and_wandb_read_back(ray_cluster, tiny_model, dataset
                                                          **EVALUATION}, workers=1, epochs=3)
     steps = [e for e in evs if e["type"] == "step"]
     assert len(steps) >= 5
-    tracking = final.tracking
+    tracking = final.tracking.model_dump(exclude_none=True)
     assert set(tracking) == {"tensorboard", "mlflow", "wandb"}, tracking
 
     # TensorBoard: runs/ in the checkpoint folder; its losses are the job's own step events.
