@@ -1,0 +1,45 @@
+"""The page's five loss-curve patterns, detected from synthetic step losses with the stated thresholds."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from jupyter_cleverthis.service.diagnosis import curve_diagnosis, interpret
+
+
+def _curves() -> dict[str, list[float]]:
+    n = 40
+    return {
+        "smooth": [3.0 * math.exp(-k / 15) + 0.5 for k in range(n)],
+        "oscillating": [2.5 + (0.6 if k % 2 else -0.6) for k in range(n)],
+        "spiking": [3.0 - 0.05 * k for k in range(n - 2)] + [4.5, 4.8],
+        "near_zero": [2.0 * math.exp(-k) for k in range(n)],
+        "flat": [2.5 + 0.001 * math.sin(k) for k in range(n)],
+    }
+
+
+@pytest.mark.parametrize("pattern", list(_curves()))
+def test_each_pattern_is_found_on_its_curve(pattern):
+    found = interpret(_curves()[pattern], total_steps=400)
+    assert found is not None and found[0] == pattern, found
+
+
+def test_advice_is_the_pages_words():
+    assert interpret(_curves()["oscillating"], 400)[1] == \
+        "Loss oscillating without decrease: learning rate too high; reduce it by 10x."
+    assert "max_grad_norm" in interpret(_curves()["spiking"], 400)[1]
+
+
+def test_too_early_and_near_zero_late_in_the_run():
+    assert interpret([2.0] * 7) is None  # fewer than 8 points
+    # near zero at the end of the planned steps is a finished fit, not an early warning
+    assert interpret(_curves()["near_zero"], total_steps=40)[0] == "smooth"
+
+
+def test_curve_diagnosis_reads_step_events():
+    steps = [{"type": "step", "step": k + 1, "loss": v, "total_steps": 400} for k, v in enumerate(_curves()["flat"])]
+    assert curve_diagnosis(steps) == {"pattern": "flat", "advice": interpret(_curves()["flat"], 400)[1],
+                                      "points": 40}
+    assert curve_diagnosis(steps[:3]) is None
