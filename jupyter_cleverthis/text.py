@@ -46,6 +46,8 @@ def detail_text(d: Any) -> str:
               "workers"):
         lines.append(f"  {k}: {getattr(d, k)}")
     lines.append(f"  elapsed: {fmt_duration(d.elapsed_s)}")
+    if d.curve is not None:
+        lines.append(f"  loss curve: {d.curve.advice}")
     if d.checkpoint_dir:
         lines.append(f"  checkpoints: {d.checkpoint_dir}")
     for c in d.checkpoints:

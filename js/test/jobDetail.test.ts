@@ -69,6 +69,18 @@ describe('JobDetailView', () => {
     expect((view.node.querySelector('.jp-CleverThis-JobDetail-queued') as HTMLElement).style.display).toBe('none');
   });
 
+  it("shows the service's loss-curve diagnosis under the curve, hidden while too early", () => {
+    const view = new JobDetailView();
+    view.setJob(makeDetail());
+    const hint = view.node.querySelector('section[data-section="loss"] .jp-CleverThis-JobDetail-curveHint') as HTMLElement;
+    expect(hint.style.display).toBe('none');
+    const advice = 'Loss oscillating without decrease: learning rate too high; reduce it by 10x.';
+    view.setJob(makeDetail({ curve: { pattern: 'oscillating', advice, points: 40 } }));
+    expect(hint.style.display).toBe('');
+    expect(hint.textContent).toBe(advice);
+    expect(hint.dataset.pattern).toBe('oscillating');
+  });
+
   it('resumes from the latest or from a chosen checkpoint, and copies paths', async () => {
     const onResume = vi.fn(async () => undefined);
     const view = new JobDetailView({ onResume });

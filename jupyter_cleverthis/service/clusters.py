@@ -155,8 +155,10 @@ class LocalCluster:
             cfg, proc = self._launch(num_cpus, metrics)
             up = _wait(lambda c=cfg, p=proc: (ping(c) and _node_registered(c)) or p.poll() is not None, timeout)
             if up and proc.poll() is None:
-                # The dashboard answers before the job agent is ready; wait for the Job API itself.
+                # The dashboard answers before the job agent is ready; wait for the Job API itself, and for the
+                # first resource report (the sidebar and why-queued read it; it lags the node by a few seconds).
                 _wait(lambda c=cfg: _jobs_api_ready(c), 60)
+                _wait(lambda c=cfg: cluster_resources(c) is not None, 30)
                 return cfg
             with open(self.log_file, errors="replace") as f:
                 f.seek(since)

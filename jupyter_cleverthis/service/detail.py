@@ -24,7 +24,18 @@ from cleverthis_runtime.triage import advice_for, classify
 
 from ..spec import JobStatus
 from . import tensorboard
-from .models import Checkpoint, JobDetail, JobSummary, Metrics, Plan, QueuedReason, Serving, Tracking
+from .diagnosis import curve_diagnosis
+from .models import (
+    Checkpoint,
+    CurveDiagnosis,
+    JobDetail,
+    JobSummary,
+    Metrics,
+    Plan,
+    QueuedReason,
+    Serving,
+    Tracking,
+)
 from .ray_client import ray_status, short_message
 from .runtime_env import spec_of
 
@@ -113,6 +124,8 @@ def detail_of(cluster: str, info: Any, evs: list[dict[str, Any]], *, log_url: st
         detail.message = detail.stop_reason
     detail.log_url = log_url
     detail.serving = serving_values(detail, original_base)
+    found = curve_diagnosis([e for e in evs if e["type"] == "step"])
+    detail.curve = CurveDiagnosis(**found) if found else None
     return detail
 
 

@@ -182,6 +182,14 @@ class Tracking(BaseModel):
 SubmittedSpec = Annotated[dict[str, Any], WithJsonSchema({"$ref": "#/$defs/JobSpec"}, mode="serialization")]
 
 
+class CurveDiagnosis(BaseModel):
+    """The page's loss-curve interpretation of the job's step losses so far (service/diagnosis.py)."""
+
+    pattern: Literal["smooth", "oscillating", "spiking", "near_zero", "flat"]
+    advice: str
+    points: int
+
+
 class JobDetail(JobSummary):
     spec: SubmittedSpec | None = None
     phase: str | None = None
@@ -202,6 +210,8 @@ class JobDetail(JobSummary):
     stop_reason: str | None = None
     # The latest `utilisation` event of each worker, by rank (with its index `i` in the job's event log).
     utilisation: list[UtilisationEvent] = []
+    # what the loss curve shows, with the page's advice (None while too few steps to tell)
+    curve: CurveDiagnosis | None = None
 
 class JobPage(BaseModel):
     """`GET /clusters/{cluster}/jobs`: a page of summaries, and how many jobs matched in all."""

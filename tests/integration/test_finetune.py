@@ -28,6 +28,11 @@ def test_lora_finetune_two_epochs(ray_cluster, tiny_model, dataset, job_name):
     assert final.status == JobStatus.SUCCEEDED, final.error
     assert seen == sorted(seen, key=ORDER.index), seen  # never goes backwards
     assert seen[-1] == "succeeded" and len(seen) >= 2
+    # the service's loss-curve diagnosis of the real run: one of the page's patterns, with its advice
+    from jupyter_cleverthis.service.diagnosis import advice
+
+    assert final.curve is not None and final.curve.points >= 8, final.curve
+    assert final.curve.advice == advice(final.curve.pattern)
 
     # Ray's own client sees the job we submitted, under the same name.
     ray_client = JobSubmissionClient(ray_cluster.address, headers=ray_cluster.headers())

@@ -43,3 +43,26 @@ def test_curve_diagnosis_reads_step_events():
     assert curve_diagnosis(steps) == {"pattern": "flat", "advice": interpret(_curves()["flat"], 400)[1],
                                       "points": 40}
     assert curve_diagnosis(steps[:3]) is None
+
+
+def test_the_job_detail_and_show_carry_the_diagnosis():
+    """One source: the service puts it in the detail (REST, the sidebar and the widgets read it there) and
+    `%train show` prints the same words."""
+    from types import SimpleNamespace
+
+    from jupyter_cleverthis.service.detail import detail_of
+    from jupyter_cleverthis.service.runtime_env import spec_json
+    from jupyter_cleverthis.spec import JobSpec
+    from jupyter_cleverthis.text import detail_text
+
+    spec = JobSpec(name="j", dataset_path="/d")
+    info = SimpleNamespace(status="RUNNING", metadata={"owner": "ann"}, start_time=1000, end_time=None,
+                           runtime_env={"env_vars": {"CLEVERTHIS_SPEC": spec_json(spec)}}, submission_id="j",
+                           job_id=None, message=None)
+    steps = [{"src": "rank0", "seq": k + 1, "t": 1.0, "type": "step", "step": k + 1, "loss": v, "total_steps": 400,
+              "epoch": (k + 1) / 400}
+             for k, v in enumerate(_curves()["oscillating"])]
+    d = detail_of("local", info, steps, log_url="http://x")
+    assert d.curve.pattern == "oscillating" and d.model_dump(mode="json")["curve"]["points"] == 40
+    assert f"loss curve: {d.curve.advice}" in detail_text(d)
+    assert detail_of("local", info, steps[:5], log_url="http://x").curve is None

@@ -73,6 +73,7 @@ export class JobDetailView {
     this._error = h('pre', { class: `${VIEW_CLASS}-error` });
     this._queued = h('div', { class: `${VIEW_CLASS}-queued`, role: 'status' });
     this._advice = h('div', { class: `${VIEW_CLASS}-advice` });
+    this._curve = h('div', { class: `${VIEW_CLASS}-curveHint`, role: 'note' });
     this._tracebackText = h('pre', { class: `${VIEW_CLASS}-tracebackText` });
     this._traceback = h(
       'details',
@@ -191,9 +192,9 @@ export class JobDetailView {
       section('Status', this._summary),
       section('Progress', this._progress)
     );
-    if (this.lossCurve) {
-      this.node.appendChild(section('Loss', this.lossCurve.node));
-    }
+    this.node.appendChild(
+      this.lossCurve ? section('Loss', this.lossCurve.node, this._curve) : section('Loss', this._curve)
+    );
     this.node.append(
       section('Checkpoints', this._checkpoints),
       section('Serving', this._serving),
@@ -216,7 +217,7 @@ export class JobDetailView {
     this._message.style.display = 'none';
     this._error.style.display = 'none';
     this._resume.disabled = true;
-    for (const el of [this._queued, this._advice, this._traceback]) {
+    for (const el of [this._queued, this._advice, this._traceback, this._curve]) {
       el.style.display = 'none';
     }
     for (const table of [this._summary, this._progress, this._config, this._plan, this._serving, this._tracking]) {
@@ -249,6 +250,10 @@ export class JobDetailView {
     this._advice.style.display = job.advice ? '' : 'none';
     this._tracebackText.textContent = job.traceback ?? '';
     this._traceback.style.display = job.traceback ? '' : 'none';
+    // the page's loss-curve interpretation, from the service (the same words as `%train show`)
+    this._curve.textContent = job.curve ? job.curve.advice : '';
+    this._curve.dataset.pattern = job.curve?.pattern ?? '';
+    this._curve.style.display = job.curve ? '' : 'none';
   }
 
   private _onTensorBoardClick = async (): Promise<void> => {
@@ -303,6 +308,7 @@ export class JobDetailView {
   private readonly _resume: HTMLButtonElement;
   private readonly _queued: HTMLDivElement;
   private readonly _advice: HTMLDivElement;
+  private readonly _curve: HTMLDivElement;
   private readonly _traceback: HTMLDetailsElement;
   private readonly _tracebackText: HTMLPreElement;
   private readonly _plan: HTMLTableElement;

@@ -206,7 +206,8 @@ export function summaryAsDetail(job: IJobSummary): IJobDetail {
     tracking: null,
     stopped_early: false,
     stop_reason: null,
-    utilisation: []
+    utilisation: [],
+    curve: null
   };
 }
 

@@ -101,6 +101,17 @@ export interface ClusterState {
   status: 'running' | 'starting' | 'stopped' | 'unreachable';
 }
 /**
+ * The page's loss-curve interpretation of the job's step losses so far (service/diagnosis.py).
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "CurveDiagnosis".
+ */
+export interface CurveDiagnosis {
+  pattern: 'smooth' | 'oscillating' | 'spiking' | 'near_zero' | 'flat';
+  advice: string;
+  points: number;
+}
+/**
  * `GET .../jobs/{name}/metrics`: the step-loss series downsampled to at most max_points (`count`: the steps
  * in all), the epoch ends, the validation points and the latest step's figures.
  *
@@ -246,6 +257,7 @@ export interface JobDetail {
   stopped_early: boolean;
   stop_reason: string | null;
   utilisation: UtilisationEvent[];
+  curve: CurveDiagnosis | null;
 }
 /**
  * What a user asks for when creating a job (the Create Job dialog's fields, the page's defaults).
