@@ -21,21 +21,35 @@ from ..spec import JobStatus
 ClusterStatus = Literal["running", "starting", "stopped", "unreachable"]
 
 
-class ResourceUsage(BaseModel):
+class Record(BaseModel):
+    """A part of a job's detail that was a plain dict before it had a model: `d.plan["method"]` and
+    `d.plan.get("method")` still read it (user code written then keeps working), besides `d.plan.method`."""
+
+    def __getitem__(self, key: str) -> Any:
+        try:
+            return getattr(self, key)
+        except AttributeError:
+            raise KeyError(key) from None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key, default)
+
+
+class ResourceUsage(Record):
     """One kind of resource of a cluster or node (CPU, GPU: counts; memory: bytes)."""
 
     total: float
     free: float
 
 
-class NodeResources(BaseModel):
+class NodeResources(Record):
     node_id: str
     CPU: ResourceUsage | None = None
     GPU: ResourceUsage | None = None
     memory: ResourceUsage | None = None
 
 
-class ClusterResources(BaseModel):
+class ClusterResources(Record):
     """The cluster's resources (clusters.cluster_resources): per kind, then per node; a kind it lacks is null."""
 
     CPU: ResourceUsage | None = None
@@ -105,13 +119,13 @@ class JobSummary(BaseModel):
     message: str | None = None
 
 
-class QueuedRequest(BaseModel):
+class QueuedRequest(Record):
     workers: int
     per_worker: dict[str, float]
     total: dict[str, float]
 
 
-class QueuedReason(BaseModel):
+class QueuedReason(Record):
     """Why a queued job waits (detail.why_queued): what it asked for against what the cluster has free (null where
     the cluster does not say), the cluster's nodes, and the sentence the views show."""
 
@@ -121,7 +135,7 @@ class QueuedReason(BaseModel):
     message: str
 
 
-class Plan(BaseModel):
+class Plan(Record):
     """The automatic choices (the runtime's `plan` event, the pre-flight's `plan`) and why (`reasons` per field)."""
 
     model_config = ConfigDict(extra="allow")
@@ -136,7 +150,7 @@ class Plan(BaseModel):
     lora_target_modules: str | list[str] | None = None
 
 
-class Serving(BaseModel):
+class Serving(Record):
     """What the Model Serving page asks for: the model's path, and the LoRA adapter's with the base it applies to."""
 
     model_path: str
@@ -144,7 +158,7 @@ class Serving(BaseModel):
     base_model: str | None = None
 
 
-class TensorBoardTracking(BaseModel):
+class TensorBoardTracking(Record):
     """`viewer`: this Jupyter server can show the folder in TensorBoard ("Open in TensorBoard")."""
 
     model_config = ConfigDict(extra="allow")
@@ -152,7 +166,7 @@ class TensorBoardTracking(BaseModel):
     viewer: bool = False
 
 
-class MlflowTracking(BaseModel):
+class MlflowTracking(Record):
     model_config = ConfigDict(extra="allow")
     run_id: str | None = None
     experiment_id: str | None = None
@@ -160,7 +174,7 @@ class MlflowTracking(BaseModel):
     url: str | None = None
 
 
-class WandbTracking(BaseModel):
+class WandbTracking(Record):
     model_config = ConfigDict(extra="allow")
     run_id: str | None = None
     dir: str | None = None
@@ -168,7 +182,7 @@ class WandbTracking(BaseModel):
     mode: str | None = None
 
 
-class Tracking(BaseModel):
+class Tracking(Record):
     """Where the run's records went (its report_to; the runtime's `tracking` event); null: not reported to."""
 
     tensorboard: TensorBoardTracking | None = None
@@ -182,7 +196,7 @@ class Tracking(BaseModel):
 SubmittedSpec = Annotated[dict[str, Any], WithJsonSchema({"$ref": "#/$defs/JobSpec"}, mode="serialization")]
 
 
-class CurveDiagnosis(BaseModel):
+class CurveDiagnosis(Record):
     """The page's loss-curve interpretation of the job's step losses so far (service/diagnosis.py)."""
 
     pattern: Literal["smooth", "oscillating", "spiking", "near_zero", "flat"]
