@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 LOCAL = "local"
 START_ATTEMPTS = 3
+AGENT_WAIT_S = 60.0  # the head's job agent answers within seconds on an idle machine
 ENV_CLUSTER = "ray-address"
 
 
@@ -154,20 +155,53 @@ class LocalCluster:
             since = self.log_file.stat().st_size if self.log_file.exists() else 0
             cfg, proc = self._launch(num_cpus, metrics)
             up = _wait(lambda c=cfg, p=proc: (ping(c) and _node_registered(c)) or p.poll() is not None, timeout)
+            agent = False
             if up and proc.poll() is None:
-                # The dashboard answers before the job agent is ready; wait for the Job API itself, and for the
-                # first resource report (the sidebar and why-queued read it; it lags the node by a few seconds).
+                # The dashboard answers before the job agent is ready; wait for the Job API and for the head's job
+                # agent (jobs are submitted through it), then for the first resource report (the sidebar and
+                # why-queued read it; it lags the node by a few seconds).
                 _wait(lambda c=cfg: _jobs_api_ready(c), 60)
-                _wait(lambda c=cfg: cluster_resources(c) is not None, 30)
-                return cfg
+                agent = _wait(lambda: self._agent_ready(), AGENT_WAIT_S)
+                if agent:
+                    _wait(lambda c=cfg: cluster_resources(c) is not None, 30)
+                    return cfg
             with open(self.log_file, errors="replace") as f:
                 f.seek(since)
                 said = f.read()[-2000:]
+            if up and not agent:
+                said = self._agent_log_tail() or said
             self.down()
-            if attempt == START_ATTEMPTS or "timed out during startup" not in said:
-                raise ClusterError(f"local Ray cluster did not start within {timeout:.0f}s; ray start said:\n{said}")
-            log.warning("local Ray cluster: the node timed out during startup (a busy machine); starting again")
+            retry = "timed out during startup" in said or (up and not agent)
+            if attempt == START_ATTEMPTS or not retry:
+                what = "its job agent did not start" if up and not agent else f"it did not start within {timeout:.0f}s"
+                raise ClusterError(f"local Ray cluster: {what}; Ray said:\n{said}")
+            # A port another program took between our pick and Ray's bind kills the job agent, and with it every
+            # submit ("No available agent"); fresh ports on a new start are what a user would try.
+            log.warning("local Ray cluster: %s; starting again on fresh ports",
+                        "the job agent did not come up" if up else "the node timed out during startup")
         raise AssertionError("unreachable")
+
+    def _agent_ready(self) -> bool:
+        """The head's dashboard agent answers its health check (Ray's job head submits every job through it)."""
+        url = (self.state() or {}).get("agent_url")
+        if not url:
+            return True  # a head started by an older version: nothing to check
+        try:
+            return requests.get(f"{url}/api/healthz", headers=self.config().headers(), timeout=5).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def _agent_port(self) -> int:
+        return free_port()
+
+    def _agent_log_tail(self) -> str:
+        """The end of the head's dashboard agent log (where Ray says why the agent died)."""
+        temp = (self.state() or {}).get("temp_dir")
+        path = Path(temp or "/nonexistent") / "session_latest" / "logs" / "dashboard_agent.log"
+        try:
+            return path.read_text(errors="replace")[-2000:]
+        except OSError:
+            return ""
 
     def _launch(self, num_cpus: int | None, metrics: bool = False) -> tuple[ClusterConfig, subprocess.Popen[bytes]]:
         """`ray start --head --block` on free loopback ports; its pid and addresses go to the state file.
@@ -181,7 +215,7 @@ class LocalCluster:
         # Ray's autoscaler and dashboard always serve their own Prometheus series, on fixed ports (44217, 44227)
         # unless told; free ones keep two users' clusters on one machine apart. Both bind to the node address.
         own_metrics = {"AUTOSCALER_METRIC_PORT": str(free_port()), "DASHBOARD_METRIC_PORT": str(free_port())}
-        gcs, dash = free_port(), free_port()
+        gcs, dash, agent_port = free_port(), free_port(), self._agent_port()
         tag = hashlib.sha1(str(self.dir.resolve()).encode()).hexdigest()[:8]
         temp_dir = f"/tmp/cleverthis-ray-{tag}"
         ray_bin = str(Path(sys.executable).with_name("ray"))
@@ -189,7 +223,7 @@ class LocalCluster:
             ray_bin, "start", "--head", "--block", "--disable-usage-stats",
             "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
             f"--port={gcs}", f"--dashboard-port={dash}",
-            f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
+            f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={agent_port}",
             f"--temp-dir={temp_dir}",
         ]  # fmt: skip
         if metrics_port:
@@ -221,6 +255,7 @@ class LocalCluster:
             "dashboard_url": f"http://127.0.0.1:{dash}",
             "gcs_address": f"127.0.0.1:{gcs}",
             "temp_dir": temp_dir,
+            "agent_url": f"http://127.0.0.1:{agent_port}",
             "metrics_url": f"http://127.0.0.1:{metrics_port}/metrics" if metrics_port else None,
             "component_metrics_ports": {k: int(v) for k, v in own_metrics.items()},
             "started_at": time.time(),

@@ -275,3 +275,39 @@ def test_ray_head_stopped_gives_clear_errors_keeps_the_store_and_recovers(ray_cl
         print(f"\nRay head stopped and back: errors were clear, {22} stored events kept, new jobs run")
     finally:
         head.down()
+
+
+# -- a job agent that cannot start -----------------------------------------------------------------------------
+def test_cluster_up_starts_again_when_the_job_agent_cannot_bind(tmp_path, monkeypatch):
+    """Another program holds the port picked for the head's job agent (a race with anything binding ports at the
+    same moment): Ray's agent dies and every submit would answer "No available agent". `cluster up` notices that
+    the agent does not answer, starts again on fresh ports, and returns a cluster whose Job API takes a job."""
+    import socket
+
+    from ray.job_submission import JobSubmissionClient
+
+    from jupyter_cleverthis.service import clusters
+
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = squatter.getsockname()[1]
+    picks: list[int] = []
+
+    def agent_port(self) -> int:
+        picks.append(taken if not picks else free_port())
+        return picks[-1]
+
+    monkeypatch.setattr(clusters.LocalCluster, "_agent_port", agent_port)
+    monkeypatch.setattr(clusters, "AGENT_WAIT_S", 20.0)
+    head = LocalCluster("local", tmp_path / "home")
+    try:
+        cfg = head.up(num_cpus=1)
+        assert len(picks) == 2 and picks[0] == taken, picks  # the first start lost its agent, the second has one
+        assert head._agent_ready()
+        client = JobSubmissionClient(cfg.address, headers=cfg.sdk_headers())
+        sid = client.submit_job(entrypoint="python -c 'print(1)'")
+        assert sid
+    finally:
+        head.down()
+        squatter.close()
