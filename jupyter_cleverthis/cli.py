@@ -291,7 +291,8 @@ def _download(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> An
 
 
 def _cluster(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:
-    from .service.clusters import ClusterRegistry, cluster_resources
+    from .service.clusters import ClusterRegistry
+    from .service.probes import cluster_resources
 
     reg: ClusterRegistry = svc.registry
     if a.action == "up":

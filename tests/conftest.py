@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from cleverthis_runtime.strategies import environment_key as _environment_key
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_DATA = ROOT / "examples" / "data"
 
@@ -33,8 +35,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 _TF_PY = Path.home() / ".cache" / "cleverthis" / "home" / "envs" / "tensorflow" / "bin" / "python"
 if _TF_PY.exists():
     os.environ.setdefault("CLEVERTHIS_TF_PYTHON", str(_TF_PY))
-# DeepSpeed's JIT-built ops (cpu_adam ~65 s) outlive the run: every job gets this cache (PASSTHROUGH_ENV).
-os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "cleverthis" / "torch_extensions"))
+# DeepSpeed's JIT-built ops (cpu_adam ~65 s) outlive the run: every job gets this cache (PASSTHROUGH_ENV), one per
+# Python environment (a clean clone's venv and a developer's would otherwise rebuild over each other's).
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "cleverthis" / "torch_extensions"
+                                                  / _environment_key()))
+# One torch thread in the test processes (the unit tests' models, the checks that load checkpoints, the kernels):
+# three xdist workers and the jobs' Ray processes share 2 cores, and more threads only contend. The runtime sets
+# its own workers' threads from cpus_per_worker.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 

@@ -36,7 +36,6 @@ from tornado import web
 
 from ..errors import BadRequest, CleverThisError, Forbidden
 from ..schemas import schema_bundle
-from ..service.clusters import cluster_resources
 from ..service.jobs import JobService, default_owner
 from ..service.models import (
     ClusterInfo,
@@ -48,6 +47,7 @@ from ..service.models import (
     LogsPage,
     Preflight,
 )
+from ..service.probes import cluster_resources
 
 log = logging.getLogger(__name__)
 NAME = r"[^/]+"

@@ -24,12 +24,14 @@ from typing import Any
 import requests
 
 from ..errors import ClusterError, ClusterNotFound
+from .probes import cluster_resources, jobs_api_ready, node_registered, ping
 
 log = logging.getLogger(__name__)
 
 LOCAL = "local"
 START_ATTEMPTS = 3
 AGENT_WAIT_S = 60.0  # the head's job agent answers within seconds on an idle machine
+AGENT_FAILED = "Failed to start HTTP server"  # Ray's agent log when its port is taken (the agent stays, unusable)
 ENV_CLUSTER = "ray-address"
 
 
@@ -154,31 +156,24 @@ class LocalCluster:
         for attempt in range(1, START_ATTEMPTS + 1):
             since = self.log_file.stat().st_size if self.log_file.exists() else 0
             cfg, proc = self._launch(num_cpus, metrics)
-            up = _wait(lambda c=cfg, p=proc: (ping(c) and _node_registered(c)) or p.poll() is not None, timeout)
-            agent = False
-            if up and proc.poll() is None:
-                # The dashboard answers before the job agent is ready; wait for the Job API and for the head's job
-                # agent (jobs are submitted through it), then for the first resource report (the sidebar and
-                # why-queued read it; it lags the node by a few seconds).
-                _wait(lambda c=cfg: _jobs_api_ready(c), 60)
-                agent = _wait(lambda: self._agent_ready(), AGENT_WAIT_S)
-                if agent:
-                    _wait(lambda c=cfg: cluster_resources(c) is not None, 30)
-                    return cfg
-            with open(self.log_file, errors="replace") as f:
-                f.seek(since)
-                said = f.read()[-2000:]
-            if up and not agent:
-                said = self._agent_log_tail() or said
+            up = _wait(lambda c=cfg, p=proc: (ping(c) and node_registered(c)) or p.poll() is not None, timeout)
+            up = up and proc.poll() is None
+            # The dashboard answers before the job agent is ready; wait for the Job API and for the head's job agent
+            # (Ray submits every job through it), then for the first resource report (the sidebar and why-queued
+            # read it; it lags the node by a few seconds).
+            no_agent = up and not (_wait(lambda c=cfg: jobs_api_ready(c), 60) and self._wait_for_agent())
+            if up and not no_agent:
+                _wait(lambda c=cfg: cluster_resources(c) is not None, 30)
+                return cfg
+            said = (self._agent_log_tail() if no_agent else "") or self._log_since(since)
             self.down()
-            retry = "timed out during startup" in said or (up and not agent)
-            if attempt == START_ATTEMPTS or not retry:
-                what = "its job agent did not start" if up and not agent else f"it did not start within {timeout:.0f}s"
+            if attempt == START_ATTEMPTS or not (no_agent or "timed out during startup" in said):
+                what = "its job agent did not start" if no_agent else f"it did not start within {timeout:.0f}s"
                 raise ClusterError(f"local Ray cluster: {what}; Ray said:\n{said}")
             # A port another program took between our pick and Ray's bind kills the job agent, and with it every
-            # submit ("No available agent"); fresh ports on a new start are what a user would try.
+            # submit ("No available agent"): fresh ports on a new start are what a user would try.
             log.warning("local Ray cluster: %s; starting again on fresh ports",
-                        "the job agent did not come up" if up else "the node timed out during startup")
+                        "the job agent did not come up" if no_agent else "the node timed out during startup")
         raise AssertionError("unreachable")
 
     def _agent_ready(self) -> bool:
@@ -191,8 +186,18 @@ class LocalCluster:
         except requests.RequestException:
             return False
 
+    def _log_since(self, offset: int) -> str:
+        with open(self.log_file, errors="replace") as f:
+            f.seek(offset)
+            return f.read()[-2000:]
+
     def _agent_port(self) -> int:
         return free_port()
+
+    def _wait_for_agent(self) -> bool:
+        """True once the agent answers; False when it said it cannot serve (its port was taken) or after a minute."""
+        _wait(lambda: self._agent_ready() or AGENT_FAILED in self._agent_log_tail(), AGENT_WAIT_S)
+        return self._agent_ready()
 
     def _agent_log_tail(self) -> str:
         """The end of the head's dashboard agent log (where Ray says why the agent died)."""
@@ -291,65 +296,6 @@ def _wait(cond: Any, timeout: float, every: float = 0.5) -> bool:
             return True
         time.sleep(every)
     return bool(cond())
-
-
-def ping(cfg: ClusterConfig, timeout: float = 3.0) -> bool:
-    try:
-        r = requests.get(f"{cfg.address}/api/version", headers=cfg.headers(), timeout=timeout)
-        return r.status_code == 200
-    except requests.RequestException:
-        return False
-
-
-def ray_version(cfg: ClusterConfig, timeout: float = 3.0) -> str | None:
-    """The cluster's Ray version, as its dashboard reports it (None when it does not answer)."""
-    try:
-        r = requests.get(f"{cfg.address}/api/version", headers=cfg.headers(), timeout=timeout)
-        return str(r.json().get("ray_version") or "") or None
-    except (requests.RequestException, ValueError, AttributeError):
-        return None
-
-
-def _node_registered(cfg: ClusterConfig) -> bool:
-    """The head's raylet has registered with the GCS (the dashboard lists an alive node)."""
-    try:
-        r = requests.get(f"{cfg.address}/nodes?view=summary", headers=cfg.headers(), timeout=5)
-        return bool(r.status_code == 200 and r.json().get("data", {}).get("summary"))
-    except (requests.RequestException, ValueError, AttributeError):
-        return False
-
-
-def _jobs_api_ready(cfg: ClusterConfig) -> bool:
-    try:
-        return requests.get(f"{cfg.address}/api/jobs/", headers=cfg.headers(), timeout=5).status_code == 200
-    except requests.RequestException:
-        return False
-
-
-def cluster_resources(cfg: ClusterConfig, timeout: float = 5.0) -> dict[str, Any] | None:
-    """Total and free resources per kind, from the dashboard's cluster status endpoint."""
-    try:
-        r = requests.get(f"{cfg.address}/api/cluster_status", headers=cfg.headers(), timeout=timeout)
-        data = r.json().get("data", {}).get("clusterStatus", {})
-    except (requests.RequestException, ValueError, AttributeError):
-        return None
-    load = (data or {}).get("loadMetricsReport") or {}
-
-    def pairs(usage: dict[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for kind, pair in (usage or {}).items():
-            key = {"objectStoreMemory": "object_store_memory"}.get(kind, kind)
-            if key in ("CPU", "GPU", "memory") and isinstance(pair, list) and len(pair) == 2:
-                used, total = pair
-                out[key] = {"total": total, "free": total - used}
-        return out
-
-    out = pairs(load.get("usage") or {})
-    if not out:
-        return None
-    nodes = load.get("usageByNode") or {}
-    out["nodes"] = [{"node_id": nid, **pairs(u)} for nid, u in nodes.items()]
-    return out
 
 
 class ClusterRegistry:

@@ -198,7 +198,7 @@ def _explain_failure(detail: JobDetail, ray_message: str | None) -> None:
 
 
 def why_queued(spec: dict[str, Any], resources: dict[str, Any] | None) -> QueuedReason:
-    """What a queued job asked for against what the cluster has free (`resources`: clusters.cluster_resources)."""
+    """What a queued job asked for against what the cluster has free (`resources`: probes.cluster_resources)."""
     workers = int(spec.get("workers") or 1)
     per = {"CPU": float(spec.get("cpus_per_worker") or 1)}
     if spec.get("gpus_per_worker"):

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from ..errors import BadRequest, ClusterError, Forbidden, InvalidSpec, JobConflict, JobExists, JobNotFound
 from ..spec import JobSpec, JobStatus, error_list, format_errors
 from . import runtime_env, tfenv
-from .clusters import ClusterConfig, ClusterRegistry, cluster_resources, home, ray_version
+from .clusters import ClusterConfig, ClusterRegistry, home
 from .detail import (
     curves,
     detail_of,
@@ -34,6 +34,7 @@ from .detail import (
 )
 from .helper_jobs import Progress, download_entrypoint, preflight_entrypoint, run_helper_job
 from .models import JobDetail, JobSummary
+from .probes import cluster_resources, ray_version
 from .ray_client import (
     MARK,
     TERMINAL_RAY_STATUSES,

@@ -50,7 +50,7 @@ class NodeResources(Record):
 
 
 class ClusterResources(Record):
-    """The cluster's resources (clusters.cluster_resources): per kind, then per node; a kind it lacks is null."""
+    """The cluster's resources (probes.cluster_resources): per kind, then per node; a kind it lacks is null."""
 
     CPU: ResourceUsage | None = None
     GPU: ResourceUsage | None = None

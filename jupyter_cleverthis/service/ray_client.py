@@ -9,7 +9,8 @@ import time
 from typing import Any
 
 from ..errors import ClusterError, ClusterNotRunning
-from .clusters import ClusterConfig, ping
+from .clusters import ClusterConfig
+from .probes import ping
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,21 @@ from .spec import TrainingConfig
 
 
 def torch_extensions_dir() -> str:
+    """Where DeepSpeed's JIT-built ops go unless the job says: one folder per Python environment, because torch's
+    build commands name the environment's include paths, and a second environment (another checkout's venv) would
+    rebuild the ops over the first one's every time they alternate."""
     home = os.environ.get("CLEVERTHIS_HOME")
-    return os.path.join(home, "torch_extensions") if home else os.path.expanduser("~/.cache/cleverthis/torch_extensions")
+    root = os.path.join(home, "torch_extensions") if home else os.path.expanduser("~/.cache/cleverthis/torch_extensions")
+    return os.path.join(root, environment_key())
+
+
+def environment_key() -> str:
+    """A short name for this Python environment (its prefix), e.g. `py3.11-1a2b3c4d`."""
+    import hashlib
+    import sys
+
+    digest = hashlib.sha1(os.path.realpath(sys.prefix).encode()).hexdigest()[:8]
+    return f"py{sys.version_info.major}.{sys.version_info.minor}-{digest}"
 
 
 def deepspeed_config(tc: TrainingConfig) -> dict[str, Any] | None:

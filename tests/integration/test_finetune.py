@@ -132,7 +132,7 @@ def test_cli_wait_and_json(ray_cluster, tiny_model, dataset, job_name, capsys):
 
 
 def test_queued_job_says_why(ray_cluster, tiny_model, dataset, job_name):
-    from jupyter_cleverthis.service.clusters import cluster_resources
+    from jupyter_cleverthis.service.probes import cluster_resources
 
     svc = JobService()
     # One worker more than the cluster's CPUs (1 CPU each): the driver starts, the workers can never be placed.

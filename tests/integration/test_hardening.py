@@ -278,6 +278,7 @@ def test_ray_head_stopped_gives_clear_errors_keeps_the_store_and_recovers(ray_cl
 
 
 # -- a job agent that cannot start -----------------------------------------------------------------------------
+@pytest.mark.serial  # a Ray head of its own, started twice: beside the browser tests, off the main stage
 def test_cluster_up_starts_again_when_the_job_agent_cannot_bind(tmp_path, monkeypatch):
     """Another program holds the port picked for the head's job agent (a race with anything binding ports at the
     same moment): Ray's agent dies and every submit would answer "No available agent". `cluster up` notices that
@@ -299,7 +300,6 @@ def test_cluster_up_starts_again_when_the_job_agent_cannot_bind(tmp_path, monkey
         return picks[-1]
 
     monkeypatch.setattr(clusters.LocalCluster, "_agent_port", agent_port)
-    monkeypatch.setattr(clusters, "AGENT_WAIT_S", 20.0)
     head = LocalCluster("local", tmp_path / "home")
     try:
         cfg = head.up(num_cpus=1)

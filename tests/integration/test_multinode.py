@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_cleverthis.service.clusters import LocalCluster, cluster_resources, free_port
+from jupyter_cleverthis.service.clusters import LocalCluster, free_port
 from jupyter_cleverthis.service.jobs import JobService
+from jupyter_cleverthis.service.probes import cluster_resources
 from jupyter_cleverthis.spec import JobSpec, JobStatus
 
 from .training_helpers import delay_steps, make_cached_model, wait_for_step

@@ -33,8 +33,9 @@ def _fake(monkeypatch, tmp_path, outcomes):  # noqa: ANN001
     monkeypatch.setattr(cluster, "_launch", launch)
     monkeypatch.setattr(cluster, "down", lambda *a, **k: True)
     monkeypatch.setattr(clusters, "ping", lambda cfg, timeout=3.0: True)
-    monkeypatch.setattr(clusters, "_node_registered", lambda cfg: cfg.address.endswith(":2"))
-    monkeypatch.setattr(clusters, "_jobs_api_ready", lambda cfg: True)
+    monkeypatch.setattr(clusters, "node_registered", lambda cfg: cfg.address.endswith(":2"))
+    monkeypatch.setattr(clusters, "jobs_api_ready", lambda cfg: True)
+    monkeypatch.setattr(clusters, "cluster_resources", lambda cfg: {"CPU": {"total": 1, "free": 1}})
     return cluster, launches
 
 

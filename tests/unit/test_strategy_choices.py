@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from pydantic import ValidationError
 
@@ -50,7 +52,14 @@ def test_deepspeed_dict():
 
 
 def test_extension_cache_dir(monkeypatch, tmp_path):
+    """One op cache per Python environment: a second venv (another checkout) gets its own folder."""
+    import sys
+
     monkeypatch.setenv("CLEVERTHIS_HOME", str(tmp_path))
-    assert torch_extensions_dir() == str(tmp_path / "torch_extensions")
+    mine = torch_extensions_dir()
+    assert os.path.dirname(mine) == str(tmp_path / "torch_extensions")
+    assert os.path.basename(mine).startswith(f"py{sys.version_info.major}.{sys.version_info.minor}-")
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "another-venv"))
+    assert torch_extensions_dir() != mine and os.path.dirname(torch_extensions_dir()) == os.path.dirname(mine)
     monkeypatch.delenv("CLEVERTHIS_HOME")
-    assert torch_extensions_dir().endswith(".cache/cleverthis/torch_extensions")
+    assert os.path.dirname(torch_extensions_dir()).endswith(".cache/cleverthis/torch_extensions")

@@ -48,7 +48,7 @@ export interface ClusterInfo {
   resources: ClusterResources | null;
 }
 /**
- * The cluster's resources (clusters.cluster_resources): per kind, then per node; a kind it lacks is null.
+ * The cluster's resources (probes.cluster_resources): per kind, then per node; a kind it lacks is null.
  *
  * This interface was referenced by `CleverThisApi`'s JSON-Schema
  * via the `definition` "ClusterResources".
