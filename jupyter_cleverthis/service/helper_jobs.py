@@ -53,41 +53,6 @@ def run_helper_job(client: Any, *, kind: str, entrypoint: str, runtime_env: dict
     return {k: v for k, v in found[-1].items() if k not in ("src", "seq", "t", "type")}
 
 
-def await_gate(client: Any, sid: str, *, timeout: float, what: str = "the pre-flight check") -> dict[str, Any]:
-    """A gated job's `preflight` answer: its driver checks the spec and data before it trains (runtime's
-    `GATE_ENV`). A job whose answer has errors, or that ends or times out without one, is stopped and deleted, so
-    nothing stays of a job that was refused."""
-    end = time.time() + timeout
-    while True:
-        status = str(client.get_job_status(sid))
-        text = str(client.get_job_logs(sid))
-        found = [e for e in _events(text) if e["type"] == "preflight"]
-        if found:
-            answer = {k: v for k, v in found[-1].items() if k not in ("src", "seq", "t", "type")}
-            if answer.get("errors"):
-                discard(client, sid)
-            return answer
-        if status.endswith(TERMINAL_RAY_STATUSES):
-            discard(client, sid)
-            raise ClusterError(f"{what} failed on the cluster: {short_message(text) or status}")
-        if time.time() > end:
-            discard(client, sid)
-            raise ClusterError(f"{what} did not finish within {timeout:.0f}s (is the cluster's head node busy?)")
-        time.sleep(0.3)
-
-
-def discard(client: Any, sid: str, *, patience_s: float = 30.0) -> None:
-    """Stop a job, wait until Ray says it ended, and delete its record (best effort: Ray deletes ended jobs only)."""
-    try:
-        client.stop_job(sid)
-        end = time.time() + patience_s
-        while not str(client.get_job_status(sid)).endswith(TERMINAL_RAY_STATUSES) and time.time() < end:
-            time.sleep(0.2)
-        client.delete_job(sid)
-    except Exception:  # noqa: BLE001 - a refused job left in the list is clutter, not an error
-        pass
-
-
 def _wait_for_end(client: Any, sid: str, *, timeout: float, what: str, progress: Progress | None) -> str:
     """Poll the helper job until Ray says it ended (streaming `progress`); returns Ray's last status."""
     end = time.time() + timeout

@@ -18,8 +18,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from cleverthis_runtime.preflight import GATE_ENV
-
 from ..errors import BadRequest, ClusterError, Forbidden, InvalidSpec, JobConflict, JobExists, JobNotFound
 from ..spec import JobSpec, JobStatus, error_list, format_errors
 from . import runtime_env, tfenv
@@ -34,7 +32,7 @@ from .detail import (
     summary_of,
     why_queued,
 )
-from .helper_jobs import Progress, await_gate, download_entrypoint, preflight_entrypoint, run_helper_job
+from .helper_jobs import Progress, download_entrypoint, preflight_entrypoint, run_helper_job
 from .models import JobDetail, JobSummary
 from .probes import cluster_resources, ray_version
 from .ray_client import (
@@ -92,9 +90,8 @@ class JobService:
         return runtime_env.job_runtime_env(spec)
 
     def create(self, spec: JobSpec, *, owner: str | None = None, check: bool = True) -> JobDetail:
-        """Submit, and wait for the job's own driver to check feasibility (the quick pre-flight, before it asks for
-        workers); `spec` is validated already (`validate`). A refused job is deleted, and this raises with the field
-        that is wrong. The answer is built from what was submitted."""
+        """Check feasibility on the cluster (the quick pre-flight), then submit; `spec` is validated already
+        (`validate`). Raises with the field that is wrong. The answer is built from what was submitted."""
         cfg = self.ensure_running(spec.cluster)
         client = self.client(spec.cluster)
         if job_info(client, spec.name) is not None:
@@ -105,9 +102,12 @@ class JobService:
         py = runtime_env.job_python(spec)
         if py is not None:  # the job's own environment: its Ray must be the cluster's
             tfenv.check_ray_version(py, ray_version(cfg))
-        env = self._runtime_env(spec)
-        if check:  # the quick pre-flight runs first in the job's own driver: it sees what the job will
-            env = {**env, "env_vars": {**env.get("env_vars", {}), GATE_ENV: "1"}}
+        env = self._runtime_env(spec)  # one for the pre-flight and the job: the pre-flight sees what the job will
+        if check:
+            pf = self._preflight(spec, env, quick=True)
+            if pf["errors"]:
+                first = pf["errors"][0]
+                raise InvalidSpec(f"{first['field']}: {first['message']}", details={"errors": pf["errors"]})
         metadata = {
             MARK: "1",
             "owner": owner or default_owner(),
@@ -122,22 +122,18 @@ class JobService:
                 raise JobExists(f"a job named '{spec.name}' already exists on cluster '{spec.cluster}'",
                                 details={"field": "name"}) from e
             raise ClusterError(f"Ray refused the job: {short_reason(e)}") from e
-        if check:
-            pf = await_gate(client, spec.name, timeout=120.0)  # a refused job is deleted, on Ray and here
-            if pf["errors"]:
-                self.store.forget(spec.cluster, spec.name)
-                first = pf["errors"][0]
-                raise InvalidSpec(f"{first['field']}: {first['message']}", details={"errors": pf["errors"]})
         return submitted_detail(spec.cluster, spec.name, runtime_env=env, metadata=metadata, created_at=time.time(),
                                 log_url=_log_url(cfg, spec.name))
 
     # -- helper jobs ------------------------------------------------------------------------------------------
     def preflight(self, spec: JobSpec, *, quick: bool = False, timeout: float = 120.0) -> dict[str, Any]:
         """Run the runtime's pre-flight on the cluster (a short Ray job on the head node) and return its answer."""
+        return self._preflight(spec, self._runtime_env(spec), quick=quick, timeout=timeout)
+
+    def _preflight(self, spec: JobSpec, env: dict[str, Any], *, quick: bool, timeout: float = 120.0) -> dict[str, Any]:
         self.ensure_running(spec.cluster)
         return run_helper_job(self.client(spec.cluster), kind="preflight", entrypoint=preflight_entrypoint(quick),
-                              runtime_env=self._runtime_env(spec), answer="preflight", timeout=timeout,
-                              what="the pre-flight check")
+                              runtime_env=env, answer="preflight", timeout=timeout, what="the pre-flight check")
 
     def download(self, cluster: str, model: str, *, revision: str | None = None, timeout: float = 4 * 3600.0,
                  on_progress: Any = None) -> dict[str, Any]:

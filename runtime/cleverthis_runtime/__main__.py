@@ -17,7 +17,6 @@ from pydantic import ValidationError
 from . import checkpoints, events
 from .backend import backend_for
 from .data import DatasetError, default_checkpoint_dir, exists, load_dataset, read_training_config
-from .preflight import GATE_ENV, REFUSED
 from .spec import JobSpec, format_errors, merge_training_config
 from .triage import classify
 
@@ -61,15 +60,6 @@ def prepare(spec: JobSpec, job: str) -> dict[str, Any]:
     }
 
 
-def gate(spec: JobSpec) -> bool:
-    """The quick pre-flight of `spec`, printed as a `preflight` event; True when it found no error."""
-    from .preflight import preflight
-
-    answer = preflight(spec, quick=True)
-    events.emit("preflight", **answer)
-    return not answer["errors"]
-
-
 def run(spec: JobSpec, job: str) -> None:
     backend_for(spec.framework).fit(spec, job, prepare(spec, job))
 
@@ -86,8 +76,6 @@ def main() -> int:
     events.emit("phase", phase="initializing", pid=os.getpid())
     try:
         spec = JobSpec.model_validate_json(raw)
-        if os.environ.get(GATE_ENV) == "1" and not gate(spec):
-            return REFUSED
         run(spec, job)
     except ValidationError as e:
         events.emit("error", kind="spec", error_type="ValidationError", message=format_errors(e))

@@ -19,12 +19,6 @@ from .backend import backend_for
 from .data import DatasetError, default_checkpoint_dir, exists, is_remote, load_dataset, read_training_config
 from .spec import JobSpec, TrainingConfig, error_list, merge_training_config, parallelism_error
 
-# Create's feasibility check runs in the job's own driver before anything else when this variable is "1" (one Ray
-# job instead of a helper job and then the job): the service reads the `preflight` answer from the job's log, and
-# deletes a job it refused.
-GATE_ENV = "CLEVERTHIS_GATE"
-REFUSED = 3  # the exit status of a job its own pre-flight refused
-
 
 def preflight(spec: JobSpec, *, quick: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"errors": [], "warnings": []}

@@ -1,8 +1,6 @@
-"""What one `JobService.create` costs, against an in-memory Ray client that runs a gated job's driver check in
-process (the job's own quick pre-flight, `cleverthis_runtime.__main__.gate`): one Ray job, no helper job; the
-dataset is loaded once (by that check), the runtime_env is built once, the job's log is read once (for the check's
-answer), and the answer is built from the submission (no re-read of Ray's record or the cluster's resources). A
-refused job is deleted."""
+"""What one `JobService.create` costs, against an in-memory Ray client that runs the pre-flight helper job in
+process: the dataset is loaded once (by the pre-flight), the runtime_env is built once, and the answer is built
+from the submission (no re-read of Ray's record, the job's log or the cluster's resources)."""
 
 from __future__ import annotations
 
@@ -15,10 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-import cleverthis_runtime.__main__ as runtime_main
 import cleverthis_runtime.data as data
 import cleverthis_runtime.preflight as runtime_preflight
-from cleverthis_runtime.spec import JobSpec
 from jupyter_cleverthis.errors import InvalidSpec
 from jupyter_cleverthis.service import jobs as jobs_module
 from jupyter_cleverthis.service.jobs import MARK, JobService
@@ -41,16 +37,15 @@ class InProcessRay:
 
     def submit_job(self, *, entrypoint, submission_id, runtime_env, metadata):
         logs, status = "", "PENDING"
-        env_vars = runtime_env["env_vars"]
         if "cleverthis_runtime.preflight" in entrypoint:
             self.calls["preflight jobs"] += 1
-        else:
-            self.calls["training jobs"] += 1
-        if env_vars.get(runtime_preflight.GATE_ENV) == "1":  # the driver's first step, before it asks for workers
+            os.environ["CLEVERTHIS_SPEC"] = runtime_env["env_vars"]["CLEVERTHIS_SPEC"]
             out = io.StringIO()
             with contextlib.redirect_stdout(out):
-                passed = runtime_main.gate(JobSpec.model_validate_json(env_vars["CLEVERTHIS_SPEC"]))
-            logs, status = out.getvalue(), ("PENDING" if passed else "FAILED")
+                runtime_preflight.main(entrypoint.split()[3:])
+            logs, status = out.getvalue(), "SUCCEEDED"
+        else:
+            self.calls["training jobs"] += 1
         info = SimpleNamespace(status=status, metadata=metadata, runtime_env=runtime_env, start_time=1, end_time=None,
                                submission_id=submission_id, job_id=None, message=None)
         self.jobs[submission_id] = {"info": info, "logs": logs}
@@ -65,9 +60,6 @@ class InProcessRay:
 
     def stop_job(self, sid):
         pass
-
-    def list_jobs(self):
-        return [j["info"] for j in self.jobs.values()]
 
     def delete_job(self, sid):
         self.jobs.pop(sid, None)
@@ -110,11 +102,11 @@ def test_create_loads_the_dataset_once_and_answers_from_the_submission(counted):
                          "workers": 1, "training_config": {"method": "full"}})
     d = svc.create(spec, owner="alice")
 
-    assert calls["preflight jobs"] == 0 and calls["training jobs"] == 1  # one Ray job: it checks itself first
-    assert calls["dataset loads"] == 1, calls  # the check's; the answer does not re-check anything
-    assert calls["runtime_env builds"] == 1, calls
+    assert calls["preflight jobs"] == 1 and calls["training jobs"] == 1
+    assert calls["dataset loads"] == 1, calls  # the pre-flight's; the answer does not re-check anything
+    assert calls["runtime_env builds"] == 1, calls  # one runtime_env for the pre-flight and the job
     assert calls["get_job_info"] == 1, calls  # the name check; nothing re-read after submitting
-    assert calls["job log reads"] == 1 and calls["cluster resources"] == 0, calls  # the check's answer
+    assert calls["job log reads"] == 0 and calls["cluster resources"] == 0, calls
 
     info = ray.jobs["counted-1"]["info"]
     assert info.metadata == {MARK: "1", "owner": "alice", "job_type": "finetune", "framework": "torch"}
@@ -130,12 +122,10 @@ def test_create_loads_the_dataset_once_and_answers_from_the_submission(counted):
     assert got.model_dump(include=keep) == d.model_dump(include=keep)
 
 
-def test_create_refuses_what_the_preflight_refuses_and_keeps_no_job(counted):
+def test_create_refuses_what_the_preflight_refuses_without_submitting(counted):
     svc, ray, calls, folder = counted
     spec = svc.validate({"name": "counted-2", "dataset_path": str(folder / "missing"), "base_model": "gpt2",
                          "workers": 1})
-    with pytest.raises(InvalidSpec, match="dataset_path") as err:
+    with pytest.raises(InvalidSpec, match="dataset_path"):
         svc.create(spec)
-    assert err.value.details["errors"][0]["field"] == "dataset_path"
-    assert calls["training jobs"] == 1 and "counted-2" not in ray.jobs  # its driver refused it; it was deleted
-    assert svc.list("local") == [] and svc.store.events("local", "counted-2") == []
+    assert calls["training jobs"] == 0 and "counted-2" not in ray.jobs
