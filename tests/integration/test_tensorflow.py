@@ -40,8 +40,12 @@ def tf(code: str, timeout: float = 120) -> str:
 
 @pytest.fixture(scope="module")
 def tf_model(cleverthis_home: Path) -> str:
+    """Built once per run: the xdist workers that run this module's tests take turns (a file lock)."""
+    from filelock import FileLock
+
     out = cleverthis_home / "models" / "tiny-tf"
-    tf(f"from cleverthis_runtime.tf_tiny import build_tf_tiny_model as b; b({str(out)!r}, [{str(EXAMPLE_DATA)!r}])")
+    with FileLock(str(cleverthis_home / "tiny-tf.lock")):
+        tf(f"from cleverthis_runtime.tf_tiny import build_tf_tiny_model as b; b({str(out)!r}, [{str(EXAMPLE_DATA)!r}])")
     return str(out)
 
 
