@@ -39,10 +39,6 @@ if _TF_PY.exists():
 # Python environment (a clean clone's venv and a developer's would otherwise rebuild over each other's).
 os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "cleverthis" / "torch_extensions"
                                                   / _environment_key()))
-# One torch thread in the test processes (the unit tests' models, the checks that load checkpoints, the kernels):
-# three xdist workers and the jobs' Ray processes share 2 cores, and more threads only contend. The runtime sets
-# its own workers' threads from cpus_per_worker.
-os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
