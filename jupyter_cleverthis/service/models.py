@@ -26,13 +26,17 @@ class Record(BaseModel):
     `d.plan.get("method")` still read it (user code written then keeps working), besides `d.plan.method`."""
 
     def __getitem__(self, key: str) -> Any:
-        try:
+        if key in type(self).model_fields:
             return getattr(self, key)
-        except AttributeError:
-            raise KeyError(key) from None
+        if self.model_extra and key in self.model_extra:
+            return self.model_extra[key]
+        raise KeyError(key)  # a method name ("model_dump") is not a key either
 
     def get(self, key: str, default: Any = None) -> Any:
-        return getattr(self, key, default)
+        try:
+            return self[key]
+        except KeyError:
+            return default
 
 
 class ResourceUsage(Record):

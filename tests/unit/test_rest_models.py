@@ -8,6 +8,8 @@ import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from jupyter_cleverthis import schemas
 from jupyter_cleverthis.service.detail import detail_of, why_queued
 from jupyter_cleverthis.service.models import ClusterInfo, Preflight
@@ -88,3 +90,20 @@ def test_served_models_have_every_field_required():
                  "Tracking", "Serving", "QueuedReason", "TensorBoardLink", "UtilisationEvent"):
         assert set(defs[name]["required"]) == set(defs[name]["properties"]), name
     assert {"$ref": "#/$defs/JobSpec"} in defs["JobDetail"]["properties"]["spec"]["anyOf"]
+
+
+def test_record_parts_read_as_mappings_too():
+    """JobDetail's typed parts were dicts once: `plan["method"]` and `.get` keep working, for fields and for the
+    extra keys a Plan allows; a method name or an unknown key is no key."""
+    from jupyter_cleverthis.service.models import Plan, ResourceUsage
+
+    plan = Plan.model_validate({"method": "lora", "reasons": {"method": "default"}, "added_later": 7})
+    assert plan["method"] == plan.get("method") == plan.method == "lora"
+    assert plan["added_later"] == 7 and plan.get("added_later") == 7
+    with pytest.raises(KeyError):
+        plan["model_dump"]
+    assert plan.get("model_dump") is None and plan.get("nothing", "d") == "d"
+    usage = ResourceUsage(total=4, free=1)
+    assert usage["free"] == 1 and usage.get("total") == 4
+    with pytest.raises(KeyError):
+        usage["used"]
