@@ -51,11 +51,18 @@ class TorchBackend:
 
         from . import compat
         from .control import drive
-        from .train import train_loop
 
         drive(TorchTrainer, train_loop, spec, job, loop_config,
               TrainingConfig.model_validate(loop_config["training_config"]),
               trainer_kwargs={"torch_config": compat.torch_config()})
+
+
+def train_loop(config: dict[str, Any]) -> None:
+    """Ray Train's train_loop_per_worker (train.train_loop). Ray pickles it by reference, so the driver never
+    imports the training module (transformers, peft, datasets: ~2.5 s of CPU); each worker does."""
+    from .train import train_loop as loop
+
+    loop(config)
 
 
 def _template(tok: Any, tc: TrainingConfig, out: dict[str, Any], err: Any) -> bool:
