@@ -30,9 +30,11 @@ from jupyter_cleverthis.service.store import EventStore
 pytestmark = pytest.mark.integration
 
 EMITTER = textwrap.dedent(f'''
-    """Prints N step events at RATE per second (plus FILLER plain lines per second), framed by phase events."""
-    import json, sys, time
+    """Prints N step events at RATE per second (plus FILLER plain lines per second), framed by phase events; with a
+    GATE path, the steps start once that file exists (the test is ready to watch)."""
+    import json, os, sys, time
     n, rate, filler = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+    gate = sys.argv[4] if len(sys.argv) > 4 else None
     seq = 0
     def emit(**kw):
         global seq
@@ -40,6 +42,9 @@ EMITTER = textwrap.dedent(f'''
         sys.stdout.write({PREFIX!r} + json.dumps({{"src": "emitter", "seq": seq, "t": time.time(), **kw}}) + "\\n")
         sys.stdout.flush()
     emit(type="phase", phase="running")
+    deadline = time.time() + 600
+    while gate and not os.path.exists(gate) and time.time() < deadline:
+        time.sleep(0.1)
     t0 = time.time()
     chunk = "x" * 60 + "\\n"
     sent = 0
@@ -67,9 +72,11 @@ def emitter(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def submit(svc: JobService, cluster: str, name: str, emitter: Path, n: int, rate: float, filler: int = 0) -> None:
+def submit(svc: JobService, cluster: str, name: str, emitter: Path, n: int, rate: float, filler: int = 0,
+           gate: Path | None = None) -> None:
     jobs.submit(
-        svc.client(cluster), entrypoint=f"{sys.executable} {emitter} {n} {rate} {filler}", submission_id=name,
+        svc.client(cluster), entrypoint=f"{sys.executable} {emitter} {n} {rate} {filler}" + (f" {gate}" if gate else ""),
+        submission_id=name,
         metadata={MARK: "1", "owner": "hardening", "job_type": "train", "framework": "torch"},
         runtime_env={"env_vars": {"PYTHONUNBUFFERED": "1"}},
     )
@@ -133,9 +140,11 @@ def test_jupyter_restart_during_a_run_loses_no_event(ray_cluster, emitter, tmp_p
     websocket tail of the new server replays the whole log."""
     svc = JobService()
     n = 240
-    submit(svc, "local", job_name, emitter, n=n, rate=10)
+    gate = tmp_path / "go"  # the steps start once the server is up: the restart then falls mid-stream
+    submit(svc, "local", job_name, emitter, n=n, rate=10, gate=gate)
     server = Server(tmp_path)
     server.start()
+    gate.touch()
     got: list[dict] = []
     since, restarted_at, t0 = 0, None, time.time()
     try:
