@@ -61,7 +61,7 @@ def ray_cluster(cleverthis_home: Path) -> Iterator[object]:
     cluster = LocalCluster("local", cleverthis_home)
     with FileLock(str(cleverthis_home / "cluster.lock")):
         # idempotent: a worker finds the head another one started. Ray's metrics export on (off by default for
-        # users): test_monitoring reads the job's Ray metrics from it, test_listeners checks it is on loopback.
+        # users): test_finetune reads the job's Ray metrics from it, test_listeners checks it is on loopback.
         cfg = cluster.up(num_cpus=TEST_CLUSTER_CPUS, metrics=True)
     yield cfg  # stopped by pytest_sessionfinish
 

@@ -1,4 +1,4 @@
-"""The walking skeleton on a real local Ray cluster: LoRA fine-tune, lifecycle, checkpoints, failure."""
+"""The walking skeleton on a real local Ray cluster: LoRA fine-tune, lifecycle, checkpoints, monitoring, failure."""
 
 from __future__ import annotations
 
@@ -7,32 +7,97 @@ import time
 from pathlib import Path
 
 import pytest
+import requests
 
+from jupyter_cleverthis.service.clusters import LocalCluster
 from jupyter_cleverthis.service.jobs import JobService
 from jupyter_cleverthis.spec import JobSpec, JobStatus
 
+from .training_helpers import delay_steps
+
 pytestmark = pytest.mark.integration
 ORDER = ["queued", "initializing", "running", "succeeded"]
+FIGURES = ("loss", "learning_rate", "tokens_per_s", "step", "epoch")  # the runtime's Ray metrics
 
 
-def test_lora_finetune_two_epochs(ray_cluster, tiny_model, dataset, job_name):
+def metrics_port(home) -> int:
+    """The head's metrics export port (`ray start --metrics-export-port`, chosen free by LocalCluster)."""
+    pid = LocalCluster("local", home).state()["pid"]
+    args = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+    return int(next(a for a in args if a.startswith(b"--metrics-export-port=")).split(b"=")[1])
+
+
+def scrape(port: int, job: str) -> dict[str, float]:
+    """The job's figures in the node's Prometheus export, as the Ray dashboard reads them."""
+    try:
+        text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    except requests.RequestException:
+        return {}
+    found = {}
+    for line in text.splitlines():
+        for fig in FIGURES:
+            if line.startswith(f"ray_cleverthis_train_{fig}{{") and f'job="{job}"' in line:
+                found[fig] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def test_lora_finetune_two_epochs(ray_cluster, tiny_model, dataset, job_name, cleverthis_home, monkeypatch):
+    """One 2-worker job checked every way: lifecycle, curve, checkpoints, loading, resume, and its monitoring
+    (the Ray metrics export and the per-worker `utilisation` events)."""
     from ray.job_submission import JobSubmissionClient
 
+    delay_steps(monkeypatch, 1.0)  # ~20 s of training: a few Ray metrics reports (every ~10 s)
+    port = metrics_port(cleverthis_home)
     svc = JobService()
     spec = JobSpec(name=job_name, base_model=tiny_model, dataset_path=str(dataset), epochs=2, batch_size=8,
                    workers=2)
     seen: list[str] = []
+    figures: dict[str, float] = {}
     svc.create(spec, owner="tester")
-    final = svc.wait("local", job_name, poll=0.3, timeout=600,
-                     on_change=lambda d: seen.append(d.status.value) if d.status.value not in seen else None)
+    end, last_scrape = time.time() + 900, 0.0
+    while time.time() < end:
+        d = svc.get("local", job_name)
+        if d.status.value not in seen:
+            seen.append(d.status.value)
+        if d.status.is_terminal():
+            break
+        if time.time() - last_scrape > 2:
+            figures.update(scrape(port, job_name))
+            last_scrape = time.time()
+        time.sleep(0.3)
+    final = svc.wait("local", job_name, poll=0.3, timeout=600)
     assert final.status == JobStatus.SUCCEEDED, final.error
     assert seen == sorted(seen, key=ORDER.index), seen  # never goes backwards
     assert seen[-1] == "succeeded" and len(seen) >= 2
+    for _ in range(15):  # the last metrics report may come after the job ended
+        if set(figures) == set(FIGURES):
+            break
+        figures.update(scrape(port, job_name))
+        time.sleep(2)
+    assert set(figures) == set(FIGURES), figures
+    assert figures["loss"] > 0 and figures["step"] >= 1
+    # utilisation: every worker reports at each epoch end, and the detail keeps each worker's latest
+    util = [e for e in svc.events("local", job_name) if e["type"] == "utilisation"]
+    for rank in (0, 1):
+        mine = [u for u in util if u["rank"] == rank]
+        assert len([u for u in mine if u.get("epoch") is not None]) == 2, (rank, mine)
+        assert all(u["rss_bytes"] > 50_000_000 and u["cpu_percent"] >= 0 for u in mine)
+    assert {u["rank"] for u in util} == {0, 1}
+    assert [u.rank for u in final.utilisation] == [0, 1]
+    for u in final.utilisation:
+        assert u.seq == max(e["seq"] for e in util if e["rank"] == u.rank)
     # the service's loss-curve diagnosis of the real run: one of the page's patterns, with its advice
     from jupyter_cleverthis.service.diagnosis import advice
 
     assert final.curve is not None and final.curve.points >= 8, final.curve
     assert final.curve.advice == advice(final.curve.pattern)
+
+    # The managed cluster runs no preemption watcher (no cloud drains a node of this machine); Ray Train's
+    # controller is there, so the state API did list the job's actors.
+    r = requests.get(f"{ray_cluster.address}/api/v0/actors", params={"limit": 10000}, headers=ray_cluster.headers(),
+                     timeout=30)
+    classes = {a["class_name"] for a in r.json()["data"]["result"]["result"]}
+    assert "TrainController" in classes and "PreemptionWatcher" not in classes, classes
 
     # Ray's own client sees the job we submitted, under the same name.
     ray_client = JobSubmissionClient(ray_cluster.address, headers=ray_cluster.headers())

@@ -38,30 +38,12 @@ def test_example_notebook_runs(nb_path, ray_cluster, tiny_model):
         assert text.count("succeeded") == 2 and "arrow/checkpoints" in text
 
 
-def test_a_new_kernel_attaches_to_a_job_with_its_history(ray_cluster, tiny_model, dataset, job_name):
-    """A kernel restart loses nothing: Job.attach in a fresh kernel brings back status, metrics, checkpoints."""
-    from jupyter_cleverthis.service.jobs import JobService
-    from jupyter_cleverthis.spec import JobSpec
+def test_magic_cell_spec_and_a_second_kernel_attaching_to_its_job(ray_cluster, tiny_model, dataset, job_name):
+    """%train --help, one-line errors for bad arguments and specs, %%train with a YAML spec in the cell; and while that
+    job runs, a second kernel's Job.attach brings back its status, metrics and checkpoints (a kernel restart loses
+    nothing)."""
+    import threading
 
-    svc = JobService()
-    svc.create(JobSpec(name=job_name, base_model=tiny_model, dataset_path=str(dataset), epochs=1, batch_size=8,
-                       workers=1))
-    steps = len([e for e in svc.events("local", job_name) if e["type"] == "step"])
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(
-        "from jupyter_cleverthis import Job\n"
-        f"job = Job.attach({job_name!r}, cluster='local')\n"
-        "d = job.wait(timeout=600)\n"
-        "print('ATTACHED', d.status.value, len(job.metrics()), [c.name for c in job.checkpoints])"
-    )]
-    NotebookClient(nb, timeout=900, kernel_name="python3").execute()
-    out = nb.cells[0].outputs[0]["text"]
-    status, n_steps, ckpts = out.split("ATTACHED ")[1].split(" ", 2)
-    assert status == "succeeded" and int(n_steps) >= max(steps, 1) and "epoch-1" in ckpts
-
-
-def test_magic_help_errors_and_cell_spec(ray_cluster, tiny_model, dataset, job_name):
-    """%train --help, one-line errors for bad arguments and specs, and %%train with a YAML spec in the cell."""
     nb = nbformat.v4.new_notebook()
     code = nbformat.v4.new_code_cell
     nb.cells = [
@@ -73,7 +55,34 @@ def test_magic_help_errors_and_cell_spec(ray_cluster, tiny_model, dataset, job_n
         code(f"%%train --wait\nname: {job_name}\nbase_model: {tiny_model}\ndataset_path: {dataset}\n"
              "epochs: 1\nbatch_size: 16\nworkers: 1\ntraining_config:\n  learning_rate: 0.005\n"),
     ]
+    other = nbformat.v4.new_notebook()
+    other.cells = [code(
+        "import time\n"
+        "from jupyter_cleverthis import Job\n"
+        "from jupyter_cleverthis.errors import JobNotFound\n"
+        "for _ in range(1200):  # until the first kernel's %%train has created it\n"
+        "    try:\n"
+        f"        job = Job.attach({job_name!r}, cluster='local')\n"
+        "        break\n"
+        "    except JobNotFound:\n"
+        "        time.sleep(0.5)\n"
+        "print('STATUS AT ATTACH', job.detail().status.value)\n"
+        "d = job.wait(timeout=600)\n"
+        "print('ATTACHED', d.status.value, len(job.metrics()), [c.name for c in job.checkpoints])"
+    )]
+    failures: list[BaseException] = []
+
+    def attach() -> None:
+        try:
+            NotebookClient(other, timeout=900, kernel_name="python3").execute()
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            failures.append(e)
+
+    second = threading.Thread(target=attach)
+    second.start()
     NotebookClient(nb, timeout=900, kernel_name="python3").execute()
+    second.join(timeout=900)
+    assert not failures, failures
     outs = ["".join(o.get("text", "") for o in c.outputs) for c in nb.cells]
     assert "usage: %train" in outs[1] and "resume" in outs[1]
     assert outs[2].strip() == "error: %train create: argument --epochs: expected a whole number, got 'zz'"
@@ -81,3 +90,13 @@ def test_magic_help_errors_and_cell_spec(ray_cluster, tiny_model, dataset, job_n
     assert outs[4].startswith("error: %%train: the cell is not valid YAML/JSON (line 2)")
     assert f"[{job_name}] succeeded" in outs[5]
     assert not any("Traceback" in o for o in outs)
+
+    attached = "".join(o.get("text", "") for o in other.cells[0].outputs)
+    assert "Traceback" not in attached, attached
+    at_attach = attached.split("STATUS AT ATTACH ")[1].split()[0]
+    assert at_attach in ("queued", "initializing", "running"), attached  # it followed a job still running
+    status, n_steps, ckpts = attached.split("ATTACHED ")[1].split(" ", 2)
+    from jupyter_cleverthis.service.jobs import JobService
+
+    steps_seen = len([e for e in JobService().events("local", job_name) if e["type"] == "step"])
+    assert status == "succeeded" and int(n_steps) == steps_seen >= 1 and "epoch-1" in ckpts
