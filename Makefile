@@ -94,7 +94,8 @@ test:
 	@mkdir -p $(dir $(CLEVERTHIS_STAGES))
 	$(STAGE) install $(MAKE) --no-print-directory install install-tf chromium hub-proxy
 	$(STAGE) lint+js $(MAKE) --no-print-directory lint test-js
-	$(MAKE) --no-print-directory test-wheel test-pytest
+	@# the wheel check is mostly one pip process (its stage leaves ~45 % of the 2 cores idle): beside the pytest stage
+	$(MAKE) --no-print-directory -j2 -Otarget test-wheel test-pytest
 	$(MAKE) --no-print-directory -j2 -Otarget test-serial test-ui
 
 bench: install
