@@ -28,11 +28,20 @@ def torch_extensions_dir() -> str:
 
 
 def environment_key() -> str:
-    """A short name for this Python environment (its prefix), e.g. `py3.11-1a2b3c4d`."""
+    """A short name for this Python environment and the versions its ops are built against, e.g. `py3.11-1a2b3c4d`:
+    its prefix, torch and deepspeed (a venv re-made at the same path with other versions gets another folder)."""
     import hashlib
     import sys
+    from importlib import metadata
 
-    digest = hashlib.sha1(os.path.realpath(sys.prefix).encode()).hexdigest()[:8]
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "none"
+
+    what = f"{os.path.realpath(sys.prefix)}|torch {version('torch')}|deepspeed {version('deepspeed')}"
+    digest = hashlib.sha1(what.encode()).hexdigest()[:8]
     return f"py{sys.version_info.major}.{sys.version_info.minor}-{digest}"
 
 

@@ -2,28 +2,20 @@
 ZeRO-3 with parameter offload (weights gathered for the checkpoint), FSDP2. (ZeRO-2 with optimizer offload:
 examples/qlora_deepspeed.ipynb, run by test_notebooks.)
 
-DeepSpeed JIT-builds its CPU ops (cpu_adam ~65 s, shm comm ~45 s on 2 cores) the first time: the tests keep
-them in ~/.cache/cleverthis/torch_extensions (passed to the jobs as TORCH_EXTENSIONS_DIR), so a machine
-builds them once.
+DeepSpeed JIT-builds its CPU ops (cpu_adam ~65 s, shm comm ~45 s on 2 cores) the first time: tests/conftest.py
+keeps them in ~/.cache/cleverthis/torch_extensions/<environment key> (passed to the jobs as TORCH_EXTENSIONS_DIR),
+the same folder for every test and notebook, so an environment builds them once.
 """
 
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from .training_helpers import run_job  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
-EXT_CACHE = os.path.expanduser("~/.cache/cleverthis/torch_extensions")
-
-
-@pytest.fixture(autouse=True)
-def _op_cache(monkeypatch):
-    os.makedirs(EXT_CACHE, exist_ok=True)
-    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", EXT_CACHE)
 
 
 def _run(tiny_model, dataset, job_name, config, *, workers=2, batch_size=8):

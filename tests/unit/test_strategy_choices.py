@@ -59,6 +59,13 @@ def test_extension_cache_dir(monkeypatch, tmp_path):
     mine = torch_extensions_dir()
     assert os.path.dirname(mine) == str(tmp_path / "torch_extensions")
     assert os.path.basename(mine).startswith(f"py{sys.version_info.major}.{sys.version_info.minor}-")
+    from importlib import metadata
+
+    real_version = metadata.version
+    monkeypatch.setattr(metadata, "version", lambda d: "0.0-other" if d == "torch" else real_version(d))
+    assert torch_extensions_dir() != mine  # the same venv with another torch: ops built against other headers
+    monkeypatch.setattr(metadata, "version", real_version)
+    assert torch_extensions_dir() == mine
     monkeypatch.setattr(sys, "prefix", str(tmp_path / "another-venv"))
     assert torch_extensions_dir() != mine and os.path.dirname(torch_extensions_dir()) == os.path.dirname(mine)
     monkeypatch.delenv("CLEVERTHIS_HOME")

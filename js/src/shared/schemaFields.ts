@@ -10,22 +10,27 @@ import { IJSONSchema } from './model';
 /** The widget a field is rendered with. */
 export type FieldKind = 'string' | 'integer' | 'number' | 'boolean' | 'enum' | 'json';
 
+/** The keywords of a property's schema that a field carries as they are (its value checks and its text). */
+export type FieldConstraints = Pick<
+  IJSONSchema,
+  | 'description'
+  | 'default'
+  | 'enum'
+  | 'minimum'
+  | 'maximum'
+  | 'exclusiveMinimum'
+  | 'exclusiveMaximum'
+  | 'minLength'
+  | 'maxLength'
+  | 'pattern'
+>;
+
 /** A schema property, resolved and ready to render. */
-export interface IFieldDescriptor {
+export interface IFieldDescriptor extends FieldConstraints {
   name: string;
   kind: FieldKind;
   title: string;
-  description?: string;
-  default?: unknown;
   hasDefault: boolean;
-  enum?: unknown[];
-  minimum?: number;
-  maximum?: number;
-  exclusiveMinimum?: number;
-  exclusiveMaximum?: number;
-  minLength?: number;
-  maxLength?: number;
-  pattern?: string;
   /** Listed in the schema's `required`. */
   required: boolean;
   /** `null` is an accepted value. */
