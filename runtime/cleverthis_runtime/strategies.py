@@ -5,7 +5,8 @@ DeepSpeed. training_config.json's `deepspeed` section becomes the Trainer's `dee
 (ZeRO-3: parameters on CPU between uses), fp16/bf16. Batch size, accumulation, clipping and the optimizer's
 hyper-parameters stay "auto" (taken from the TrainingArguments). DeepSpeed JIT-builds its ops (`cpu_adam`
 ~65 s on 2 cores) into `TORCH_EXTENSIONS_DIR`: unless the job sets it, it is
-`$CLEVERTHIS_HOME/torch_extensions` (else `~/.cache/cleverthis/torch_extensions`), so a node builds once.
+`$CLEVERTHIS_HOME/torch_extensions/<environment_key()>` (else under `~/.cache/cleverthis/torch_extensions`), so
+a node builds once per environment.
 Under ZeRO-3 every rank holds a shard of each weight: checkpoints gather the full weights with a
 collective that every rank joins (`gathered_state_dict`), and rank 0 alone writes them.
 """
