@@ -53,19 +53,17 @@ def test_lora_finetune_two_epochs(ray_cluster, tiny_model, dataset, job_name, cl
                    workers=2)
     seen: list[str] = []
     figures: dict[str, float] = {}
-    svc.create(spec, owner="tester")
-    end, last_scrape = time.time() + 900, 0.0
-    while time.time() < end:
-        d = svc.get("local", job_name)
+    scraped = [0.0]
+
+    def on_change(d) -> None:  # each new status or step: the status order, and the Ray metrics every ~2 s
         if d.status.value not in seen:
             seen.append(d.status.value)
-        if d.status.is_terminal():
-            break
-        if time.time() - last_scrape > 2:
+        if time.time() - scraped[0] > 2:
             figures.update(scrape(port, job_name))
-            last_scrape = time.time()
-        time.sleep(0.3)
-    final = svc.wait("local", job_name, poll=0.3, timeout=600)
+            scraped[0] = time.time()
+
+    svc.create(spec, owner="tester")
+    final = svc.wait("local", job_name, poll=0.3, timeout=900, on_change=on_change)
     assert final.status == JobStatus.SUCCEEDED, final.error
     assert seen == sorted(seen, key=ORDER.index), seen  # never goes backwards
     assert seen[-1] == "succeeded" and len(seen) >= 2

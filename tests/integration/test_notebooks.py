@@ -82,7 +82,7 @@ def test_magic_cell_spec_and_a_second_kernel_attaching_to_its_job(ray_cluster, t
     second.start()
     NotebookClient(nb, timeout=900, kernel_name="python3").execute()
     second.join(timeout=900)
-    assert not failures, failures
+    assert not second.is_alive() and not failures, failures
     outs = ["".join(o.get("text", "") for o in c.outputs) for c in nb.cells]
     assert "usage: %train" in outs[1] and "resume" in outs[1]
     assert outs[2].strip() == "error: %train create: argument --epochs: expected a whole number, got 'zz'"
