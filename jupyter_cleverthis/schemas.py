@@ -34,6 +34,7 @@ from .service.models import (
     JobSummary,
     LogsPage,
     Preflight,
+    SpecExport,
     TensorBoardLink,
 )
 from .spec import JobSpec, TrainingConfig
@@ -50,6 +51,7 @@ API_MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (LogsPage, "serialization"),
     (Curves, "serialization"),
     (TensorBoardLink, "serialization"),
+    (SpecExport, "serialization"),
     (Preflight, "serialization"),
     (FieldError, "serialization"),
     (JobSpec, "validation"),

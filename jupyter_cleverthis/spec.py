@@ -12,3 +12,12 @@ from cleverthis_runtime.spec import (  # noqa: F401
     format_errors,
     merge_training_config,
 )
+
+
+def spec_yaml(spec: dict) -> str:
+    """A submitted spec as YAML that `%%train` and `cleverthis-train create --config` read back (keys in the
+    spec's order, training_config as a nested mapping; what was left unset, null, is left out)."""
+    import yaml
+
+    return yaml.safe_dump({k: v for k, v in spec.items() if v is not None}, sort_keys=False, allow_unicode=True,
+                          default_flow_style=False)

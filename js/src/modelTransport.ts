@@ -26,6 +26,7 @@ import {
   IPreflight,
   IResumeOptions,
   ISchemaBundle,
+  IJobQuery,
   ITransport,
   TransportError,
   summaryAsDetail
@@ -95,8 +96,10 @@ export class ModelTransport implements ITransport {
     return [...names].map(name => ({ name, address: '', status: 'running', managed: false, resources: null }));
   }
 
-  async listJobs(cluster: string): Promise<IJobSummary[]> {
-    return this.jobs().filter(j => !cluster || !j.cluster || j.cluster === cluster);
+  async listJobs(cluster: string, options: IJobQuery = {}): Promise<IJobSummary[]> {
+    return this.jobs().filter(
+      j => (!cluster || !j.cluster || j.cluster === cluster) && (!options.owner || j.owner === options.owner)
+    );
   }
 
   async getJob(cluster: string, name: string): Promise<IJobDetail> {

@@ -9,7 +9,7 @@ import { Widget } from '@lumino/widgets';
 
 import { trainingIcon } from './icon';
 import { PanelActions } from './panelActions';
-import { PanelHeader } from './panelHeader';
+import { ClusterAction, PanelHeader } from './panelHeader';
 import {
   CSS_PREFIX,
   IClusterInfo,
@@ -44,6 +44,16 @@ export interface ITrainingPanelOptions {
   confirmCancel?: (job: IJobDetail) => Promise<boolean>;
   /** The signed-in user's name (the owner of the jobs they create); hides the "Mine" filter when omitted. */
   currentUser?: () => string | undefined;
+  /** The URL of a cluster's dashboard through the server's proxy (the header's link once it runs). */
+  dashboardUrl?: (cluster: string) => string;
+  /** "Create from this job" in the detail; hidden when omitted. */
+  onCloneJob?: (job: IJobDetail) => void;
+  /** "Export" in the detail; hidden when omitted. */
+  onExportJob?: (job: IJobDetail) => void;
+  /** Called when the panel shows a job (the notifier follows it). */
+  onShowJob?: (cluster: string, name: string) => void;
+  /** Asks the user to confirm stopping a cluster; no confirmation when omitted. */
+  confirmStop?: (cluster: string) => Promise<boolean>;
 }
 
 /** What the panel body shows. */
@@ -87,17 +97,25 @@ export class TrainingPanel extends Widget {
             }
           }
         : undefined,
-      showMine: !!options.currentUser
+      showMine: !!options.currentUser,
+      onClusterAction: this.transport.clusterAction ? action => void this.clusterAction(action) : undefined,
+      dashboardUrl: options.dashboardUrl
     });
+    this._confirmStop = options.confirmStop;
 
     this.table = new JobTable({ onSelect: job => this.showJob(job.name) });
     this.detail = new JobDetailView({
       onBack: () => this.showList(),
       onCancel: job => this._actions.cancel(job),
       onResume: (job, checkpoint) => this._actions.resume(job, checkpoint),
-      onOpenTensorBoard: this.transport.openTensorBoard ? job => this._actions.openTensorBoard(job) : undefined
+      onOpenTensorBoard: this.transport.openTensorBoard ? job => this._actions.openTensorBoard(job) : undefined,
+      onClone: options.onCloneJob,
+      onExport: options.onExportJob
     });
-    this._body = h('div', { class: `${CSS_PREFIX}-body` }, this.table.node, this.detail.node);
+    this._onShowJob = options.onShowJob;
+    this._notRunning = h('div', { class: `${CSS_PREFIX}-clusterEmpty`, role: 'status' });
+    this._notRunning.style.display = 'none';
+    this._body = h('div', { class: `${CSS_PREFIX}-body` }, this._notRunning, this.table.node, this.detail.node);
     this.node.append(this._header.node, this._body);
     this._applyView();
 
@@ -189,8 +207,50 @@ export class TrainingPanel extends Widget {
     }
   }
 
+  /**
+   * Start (`up`) or stop (`down`) the selected cluster (one jupyter-cleverthis manages), showing the progress
+   * in the header; resolves with whether it is then running.
+   */
+  async clusterAction(action: ClusterAction, cluster: string | null = this._cluster): Promise<boolean> {
+    const transport = this.transport;
+    if (!cluster || !transport.clusterAction || this._busy) {
+      return this._statusOf(cluster) === 'running';
+    }
+    if (action === 'down' && this._confirmStop && !(await this._confirmStop(cluster))) {
+      return true;
+    }
+    this._busy = action;
+    this._updateClusterInfo();
+    let running = false;
+    try {
+      const state = await transport.clusterAction(cluster, action);
+      running = state.status === 'running';
+      this._showError(null);
+    } catch (err) {
+      this._showError(`Cannot ${action === 'up' ? 'start' : 'stop'} the cluster \u201c${cluster}\u201d: ${errorMessage(err)}`);
+    } finally {
+      this._busy = null;
+      this._updateClusterInfo();
+    }
+    await this.refresh();
+    return running;
+  }
+
+  /** Cancel a job (after the confirmation), as its Cancel button does. */
+  cancelJob(job: IJobDetail): Promise<void> {
+    return this._actions.cancel(job);
+  }
+
+  /** Resume a job from its latest checkpoint, as its Resume button does. */
+  resumeJob(job: IJobDetail): Promise<void> {
+    return this._actions.resume(job);
+  }
+
   /** Show a job's details. */
   showJob(name: string): void {
+    if (this._cluster) {
+      this._onShowJob?.(this._cluster, name);
+    }
     this._generation++;
     this._view = 'detail';
     this._jobName = name;
@@ -280,6 +340,13 @@ export class TrainingPanel extends Widget {
         this._showError(null, true);
         return;
       }
+      if (this._statusOf(cluster) !== 'running') {
+        // Nothing to list on a cluster that is not up: the body says so (with Start where it can), no error.
+        this._jobs = [];
+        this.table.setJobs([]);
+        this._showError(null, true);
+        return;
+      }
       if (this._view === 'list') {
         const jobs = await this.transport.listJobs(cluster);
         if (generation === this._generation) {
@@ -325,7 +392,50 @@ export class TrainingPanel extends Widget {
   }
 
   private _updateClusterInfo(): void {
-    this._header.showCluster(this._cluster, this._clusters.find(c => c.name === this._cluster));
+    this._header.showCluster(this._cluster, this._clusters.find(c => c.name === this._cluster), this._busy);
+    if (this._cluster) {
+      this._showNotRunning(this._cluster, this._statusOf(this._cluster));
+    }
+  }
+
+  private _statusOf(cluster: string | null): string | undefined {
+    return this._clusters.find(c => c.name === cluster)?.status;
+  }
+
+  /** The body's words for a cluster that is not running (hidden while it runs). */
+  private _showNotRunning(cluster: string, status: string | undefined): void {
+    const running = status === 'running';
+    this._notRunning.style.display = running ? 'none' : '';
+    this.node.dataset.clusterStatus = status ?? 'unknown';
+    if (running) {
+      return;
+    }
+    const info = this._clusters.find(c => c.name === cluster);
+    const name = `\u201c${cluster}\u201d`;
+    const says =
+      status === 'stopped'
+        ? `The cluster ${name} is stopped.`
+        : status === 'starting'
+          ? `The cluster ${name} is starting\u2026`
+          : `The cluster ${name} does not answer${info?.address ? ` at ${info.address}` : ''}.`;
+    const canStart = !!info?.managed && !!this.transport.clusterAction && status !== 'starting';
+    const next = canStart
+      ? 'It runs on this machine: start it to create and watch jobs here.'
+      : status === 'starting'
+        ? 'Its jobs show here once it runs.'
+        : 'Start it where it runs, or pick another cluster.';
+    const parts: HTMLElement[] = [h('p', { class: `${CSS_PREFIX}-clusterEmpty-title` }, says), h('p', null, next)];
+    if (canStart) {
+      const start = h(
+        'button',
+        { type: 'button', class: `${CSS_PREFIX}-button jp-mod-accept ${CSS_PREFIX}-startCluster` },
+        `Start ${cluster}`
+      );
+      start.disabled = !!this._busy;
+      start.addEventListener('click', () => void this.clusterAction('up', cluster));
+      parts.push(start);
+    }
+    this._notRunning.replaceChildren(...parts);
   }
 
   private _filtered(jobs: IJobSummary[]): IJobSummary[] {
@@ -357,6 +467,10 @@ export class TrainingPanel extends Widget {
   }
 
   private _cluster: string | null = null;
+  private _busy: ClusterAction | null = null;
+  private readonly _onShowJob?: (cluster: string, name: string) => void;
+  private readonly _notRunning: HTMLDivElement;
+  private readonly _confirmStop?: (cluster: string) => Promise<boolean>;
   private _jobs: IJobSummary[] = [];
   private _errorFromRefresh = false;
   private readonly _currentUser?: () => string | undefined;

@@ -24,7 +24,14 @@ export interface IPanelHeaderOptions {
   onOpenDashboard?: () => void;
   /** Show the "Mine" filter. */
   showMine: boolean;
+  /** Start (`up`) or stop (`down`) the selected managed cluster; no Start/Stop button when omitted. */
+  onClusterAction?: (action: ClusterAction) => void;
+  /** The URL of a cluster's dashboard through the server's proxy (the link shown once it runs). */
+  dashboardUrl?: (cluster: string) => string;
 }
+
+/** What the Start / Stop button does. */
+export type ClusterAction = 'up' | 'down';
 
 export class PanelHeader {
   constructor(options: IPanelHeaderOptions) {
@@ -36,6 +43,29 @@ export class PanelHeader {
     this.clusterSelect.addEventListener('change', () => options.onClusterPicked(this.clusterSelect.value || null));
     this._clusterStatus = h('span', { class: `${CSS_PREFIX}-clusterStatus` });
     this._resources = h('div', { class: `${CSS_PREFIX}-resources` });
+    this._dashboardUrl = options.dashboardUrl;
+    this._clusterButton = h('button', { type: 'button', class: `${CSS_PREFIX}-button ${CSS_PREFIX}-clusterAction` });
+    this._clusterButton.style.display = 'none';
+    this._clusterButton.addEventListener('click', () => {
+      const action = this._clusterButton.dataset.action;
+      if (action === 'up' || action === 'down') {
+        options.onClusterAction?.(action);
+      }
+    });
+    this._hasClusterAction = !!options.onClusterAction;
+    this._progress = h(
+      'div',
+      { class: `${CSS_PREFIX}-clusterProgress`, role: 'status', 'aria-live': 'polite' },
+      h('progress', { class: `${CSS_PREFIX}-clusterProgressBar`, 'aria-label': 'Cluster start-up' }),
+      h('span', { class: `${CSS_PREFIX}-clusterProgressText` })
+    );
+    this._progress.style.display = 'none';
+    this._dashboardLink = h(
+      'a',
+      { class: `${CSS_PREFIX}-dashboardLink`, target: '_blank', rel: 'noopener', title: 'The Ray dashboard (a new browser tab)' },
+      'Ray dashboard'
+    );
+    this._dashboardLink.style.display = 'none';
     this._error = h('div', { class: `${CSS_PREFIX}-errorBar`, role: 'alert' });
     this._error.style.display = 'none';
 
@@ -74,9 +104,11 @@ export class PanelHeader {
         { class: `${CSS_PREFIX}-clusterRow` },
         h('label', { class: `${CSS_PREFIX}-label` }, 'Cluster'),
         this._clusterStatus,
-        this.clusterSelect
+        this.clusterSelect,
+        this._clusterButton
       ),
-      this._resources,
+      this._progress,
+      h('div', { class: `${CSS_PREFIX}-clusterInfo` }, this._resources, this._dashboardLink),
       h(
         'div',
         { class: `${CSS_PREFIX}-toolbar` },
@@ -109,9 +141,34 @@ export class PanelHeader {
     this.clusterSelect.replaceChildren(...options);
   }
 
-  /** Show the selected cluster's status, address and free resources (`info` absent: unknown). */
-  showCluster(selected: string | null, info: IClusterInfo | undefined): void {
+  /**
+   * Show the selected cluster's status, address and free resources (`info` absent: unknown), its Start or Stop
+   * button when jupyter-cleverthis manages it, and the progress of a start or stop in flight (`busy`).
+   */
+  showCluster(selected: string | null, info: IClusterInfo | undefined, busy: ClusterAction | null = null): void {
     const status = info?.status ?? 'unknown';
+    const running = status === 'running';
+    const action: ClusterAction = running || status === 'starting' ? 'down' : 'up';
+    this._clusterButton.style.display = this._hasClusterAction && info?.managed ? '' : 'none';
+    this._clusterButton.dataset.action = action;
+    this._clusterButton.textContent = action === 'up' ? 'Start' : 'Stop';
+    this._clusterButton.title =
+      action === 'up' ? `Start the cluster \u201c${selected}\u201d on this machine` : `Stop the cluster \u201c${selected}\u201d and its jobs`;
+    this._clusterButton.classList.toggle('jp-mod-accept', action === 'up');
+    this._clusterButton.disabled = !!busy;
+    this._progress.style.display = busy ? '' : 'none';
+    const text = this._progress.querySelector(`.${CSS_PREFIX}-clusterProgressText`)!;
+    text.textContent = busy
+      ? busy === 'up'
+        ? `Starting \u201c${selected}\u201d: Ray\u2019s head, its dashboard and job agent (about a minute)\u2026`
+        : `Stopping \u201c${selected}\u201d\u2026`
+      : '';
+    if (selected && running && this._dashboardUrl) {
+      this._dashboardLink.href = this._dashboardUrl(selected);
+      this._dashboardLink.style.display = '';
+    } else {
+      this._dashboardLink.style.display = 'none';
+    }
     this._clusterStatus.className = `${CSS_PREFIX}-clusterStatus ${CSS_PREFIX}-clusterStatus-${String(status).replace(/[^a-z0-9_-]/gi, '')}`;
     this._clusterStatus.title = `Cluster status: ${status}`;
     this._clusterStatus.dataset.status = String(status);
@@ -131,6 +188,11 @@ export class PanelHeader {
   }
 
   private readonly _clusterStatus: HTMLSpanElement;
+  private readonly _clusterButton: HTMLButtonElement;
+  private readonly _hasClusterAction: boolean;
+  private readonly _progress: HTMLDivElement;
+  private readonly _dashboardLink: HTMLAnchorElement;
+  private readonly _dashboardUrl?: (cluster: string) => string;
   private readonly _resources: HTMLDivElement;
   private readonly _error: HTMLDivElement;
   private readonly _dashboardButton: HTMLButtonElement;

@@ -22,6 +22,7 @@ export const JOB_SPEC_SCHEMA: IJSONSchema = {
     name: {
       description: 'Unique job name',
       pattern: '^[a-z0-9][a-z0-9-]{0,62}$',
+      'x-pattern-message': 'use lowercase letters, digits or -, starting with a letter or digit',
       title: 'Job name',
       type: 'string'
     },

@@ -31,6 +31,24 @@ describe('JobDetailView', () => {
     expect((view.node.querySelector('.jp-CleverThis-JobDetail-error') as HTMLElement).style.display).toBe('none');
   });
 
+  it('offers "Create from this job" and "Export" only where the host handles them', () => {
+    const onClone = vi.fn();
+    const onExport = vi.fn();
+    const view = new JobDetailView({ onClone, onExport });
+    const clone = view.node.querySelector('.jp-CleverThis-JobDetail-clone') as HTMLButtonElement;
+    const exportButton = view.node.querySelector('.jp-CleverThis-JobDetail-export') as HTMLButtonElement;
+    expect(clone.disabled).toBe(true); // nothing shown yet
+    view.setJob(makeDetail({ status: 'running' }));
+    expect(clone.textContent).toBe('Create from this job');
+    clone.click();
+    exportButton.click();
+    expect(onClone).toHaveBeenCalledWith(expect.objectContaining({ name: 'tiny-ft' }));
+    expect(onExport).toHaveBeenCalledWith(expect.objectContaining({ name: 'tiny-ft' }));
+    const bare = new JobDetailView();
+    expect((bare.node.querySelector('.jp-CleverThis-JobDetail-clone') as HTMLElement).style.display).toBe('none');
+    expect((bare.node.querySelector('.jp-CleverThis-JobDetail-export') as HTMLElement).style.display).toBe('none');
+  });
+
   it('shows the error message of a failed job and disables Cancel', () => {
     const view = new JobDetailView({ onCancel: vi.fn() });
     view.setJob(makeDetail({ status: 'failed', error: 'CUDA out of memory', ended_at: 1_700_000_100 }));

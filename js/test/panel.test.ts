@@ -84,13 +84,73 @@ describe('TrainingPanel', () => {
     select.value = 'gpu';
     select.dispatchEvent(new Event('change'));
     expect(panel.cluster).toBe('gpu');
-    transport.listJobs.mockRejectedValueOnce(new Error('cluster unreachable'));
     await panel.refresh();
+    // A cluster that does not answer: words in the body, no job request, no error bar, no Start (not ours).
     const bar = panel.node.querySelector('.jp-CleverThis-errorBar') as HTMLElement;
+    const body = panel.node.querySelector('.jp-CleverThis-clusterEmpty') as HTMLElement;
+    expect(body.style.display).toBe('');
+    expect(body.textContent).toContain('The cluster \u201cgpu\u201d does not answer at http://gpu:8265.');
+    expect(body.querySelector('.jp-CleverThis-startCluster')).toBeNull();
+    expect(transport.listJobs).not.toHaveBeenCalledWith('gpu');
+    expect(bar.style.display).toBe('none');
+    transport.listClusters.mockRejectedValueOnce(new Error('Cannot reach the server'));
+    await panel.refresh();
     expect(bar.style.display).toBe('');
-    expect(bar.textContent).toContain('cluster unreachable');
+    expect(bar.textContent).toContain('Cannot reach the server');
     await panel.refresh();
     expect(bar.style.display).toBe('none');
+    panel.dispose();
+  });
+
+  it('starts a stopped managed cluster from the body or the header, with progress, then lists its jobs', async () => {
+    const transport = fakeTransport();
+    let status = 'stopped';
+    transport.listClusters.mockImplementation(async () => [{ ...CLUSTERS[0], status, resources: null }]);
+    let started!: () => void;
+    transport.clusterAction = vi.fn(
+      (_cluster: string, action: string) =>
+        new Promise<any>(resolve => {
+          started = () => {
+            status = action === 'up' ? 'running' : 'stopped';
+            resolve({ ...CLUSTERS[0], status });
+          };
+        })
+    );
+    const panel = new TrainingPanel({
+      transport,
+      defaultCluster: 'local',
+      dashboardUrl: c => `/base/cleverthis/proxy/${c}/`
+    });
+    Widget.attach(panel, document.body);
+    await panel.refresh();
+    const body = panel.node.querySelector('.jp-CleverThis-clusterEmpty') as HTMLElement;
+    expect(body.textContent).toContain('The cluster \u201clocal\u201d is stopped.');
+    expect(transport.listJobs).not.toHaveBeenCalled();
+    const headerButton = panel.node.querySelector('.jp-CleverThis-clusterAction') as HTMLButtonElement;
+    expect(headerButton.textContent).toBe('Start');
+    const link = panel.node.querySelector('.jp-CleverThis-dashboardLink') as HTMLAnchorElement;
+    expect(link.style.display).toBe('none');
+
+    (body.querySelector('.jp-CleverThis-startCluster') as HTMLButtonElement).click();
+    const progress = panel.node.querySelector('.jp-CleverThis-clusterProgress') as HTMLElement;
+    expect(progress.style.display).toBe('');
+    expect(progress.textContent).toContain('Starting \u201clocal\u201d');
+    expect(headerButton.disabled).toBe(true);
+    expect(transport.clusterAction).toHaveBeenCalledWith('local', 'up');
+    started();
+    await vi.waitFor(() => expect(transport.listJobs).toHaveBeenCalledWith('local'));
+    expect(progress.style.display).toBe('none');
+    expect(body.style.display).toBe('none');
+    expect(headerButton.textContent).toBe('Stop');
+    expect(link.style.display).toBe('');
+    expect(link.getAttribute('href')).toBe('/base/cleverthis/proxy/local/');
+    await vi.waitFor(() => expect(panel.table.jobs.length).toBe(2));
+
+    headerButton.click(); // Stop
+    expect(transport.clusterAction).toHaveBeenLastCalledWith('local', 'down');
+    started();
+    await vi.waitFor(() => expect(body.style.display).toBe(''));
+    expect(panel.table.jobs.length).toBe(0);
     panel.dispose();
   });
 

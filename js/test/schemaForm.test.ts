@@ -80,9 +80,15 @@ describe('parseFieldValue', () => {
     expect(parseFieldValue(fields.name, '').error).toMatch(/required/);
   });
 
-  it('checks patterns', () => {
+  it('checks patterns and says what they ask for in words, never the expression', () => {
     expect(parseFieldValue(fields.name, 'my-job')).toEqual({ value: 'my-job' });
-    expect(parseFieldValue(fields.name, 'Bad Name!').error).toMatch(/pattern/);
+    expect(parseFieldValue(fields.name, 'Bad Name!').error).toBe(
+      'Use lowercase letters, digits or -, starting with a letter or digit.'
+    );
+    const bare = describeFields({ properties: { tag: { type: 'string', pattern: '^[a-z]+$' } } })[0];
+    const error = parseFieldValue(bare, 'A1').error!;
+    expect(error).not.toContain('[a-z]');
+    expect(error).toMatch(/not in the accepted form/);
   });
 });
 
@@ -95,7 +101,7 @@ describe('SchemaForm', () => {
     expect(f.input('ok')!.getAttribute('pattern')).toBe('^[a-z]+$');
     expect(f.input('dash')!.hasAttribute('pattern')).toBe(false);
     (f.input('dash') as HTMLInputElement).value = 'a/b';
-    expect(f.getValue().errors).toEqual([{ field: 'dash', message: 'Must match the pattern ^[a-z._-]+$' }]);
+    expect(f.getValue().errors).toEqual([{ field: 'dash', message: 'This value is not in the accepted form.' }]);
   });
 
   function form() {

@@ -15,6 +15,7 @@ Routes (all under <base_url>cleverthis/api, all authenticated; see docs/rest-api
   GET  /clusters/{cluster}/jobs/{name}/events    structured events, ?since=<index>
   GET  /clusters/{cluster}/jobs/{name}/metrics   loss curves, downsampled (?max_points=)
   GET  /clusters/{cluster}/jobs/{name}/tensorboard  {url} of the TensorBoard of the job's checkpoint folder
+  GET  /clusters/{cluster}/jobs/{name}/spec      the job's submitted spec, also as YAML (clone, export)
 Dashboard proxy: <base_url>cleverthis/proxy/{cluster}/{path} (configured clusters only).
 TensorBoard proxy: <base_url>cleverthis/tensorboard/{key}/{path} (GET and POST, both reads).
 """
@@ -26,6 +27,7 @@ import functools
 import json
 import logging
 import re
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -46,8 +48,10 @@ from ..service.models import (
     JobPage,
     LogsPage,
     Preflight,
+    SpecExport,
 )
 from ..service.probes import cluster_resources
+from ..spec import spec_yaml
 
 log = logging.getLogger(__name__)
 NAME = r"[^/]+"
@@ -160,7 +164,7 @@ class ClustersHandler(BaseHandler):
                 rows.append(ClusterInfo.model_validate({
                     **cfg.public(), "status": status,
                     "resources": cluster_resources(cfg) if status == "running" else None}))
-            return ClusterList(clusters=rows)
+            return ClusterList(clusters=rows, user=self.owner())
 
         self.reply_model(await self.run(collect))
 
@@ -172,11 +176,20 @@ class ClusterActionHandler(BaseHandler):
         cfg = reg.get(cluster)
         if not cfg.managed:
             raise BadRequest(f"cluster '{cluster}' is not managed by jupyter-cleverthis; start it where it runs")
-        if action == "up":
-            cfg = await self.run(reg.local(cluster).up)
-        else:
-            await self.run(reg.local(cluster).down)
+
+        def act() -> None:
+            # One start or stop at a time per cluster: two clicks (or two tabs) must not launch two heads.
+            with _CLUSTER_ACTIONS.setdefault(cluster, threading.Lock()):
+                if action == "up":
+                    reg.local(cluster).up()
+                else:
+                    reg.local(cluster).down()
+
+        await self.run(act)
         self.reply_model(ClusterState.model_validate({**reg.get(cluster).public(), "status": reg.status(cluster)}))
+
+
+_CLUSTER_ACTIONS: dict[str, threading.Lock] = {}
 
 
 class JobsHandler(BaseHandler):
@@ -239,6 +252,13 @@ class ResumeHandler(BaseHandler):
         self.reply_model(detail, status=201)
 
 
+class SpecHandler(BaseHandler):
+    @api
+    async def get(self, cluster: str, name: str) -> None:
+        spec = await self.run(self.service.spec, cluster, name)
+        self.reply_model(SpecExport(spec=spec, yaml=spec_yaml(spec)))
+
+
 class LogsHandler(BaseHandler):
     @api
     async def get(self, cluster: str, name: str) -> None:
@@ -289,6 +309,7 @@ def routes() -> list[tuple[str, type[Any]]]:
         (rf"{job}/events", EventsHandler),
         (rf"{job}/metrics", MetricsHandler),
         (rf"{job}/tensorboard", TensorBoardHandler),
+        (rf"{job}/spec", SpecHandler),
         (r"/cleverthis/proxy/([^/]+)/(.*)", DashboardProxyHandler),
         (r"/cleverthis/tensorboard/([^/]+)(/.*)", TensorBoardProxyHandler),
     ]

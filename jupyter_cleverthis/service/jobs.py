@@ -188,6 +188,14 @@ class JobService:
             detail.queued_reason = why_queued(detail.spec or {}, cluster_resources(self.cluster(cluster)))
         return detail
 
+    def spec(self, cluster: str, name: str) -> dict[str, Any]:
+        """The spec `name` was submitted with (what "Create from this job" and "Export" start from)."""
+        spec = runtime_env.spec_of(self._our_job(cluster, name).runtime_env)
+        if spec is None:
+            raise JobNotFound(f"job '{name}' on cluster '{cluster}' carries no spec (submitted by another tool)",
+                              details={"field": "name"})
+        return spec
+
     def events(self, cluster: str, name: str, since: int = 0) -> list[dict[str, Any]]:
         """Events with index `i` > since (indices count from 1 in log order)."""
         info = self._any_job(cluster, name)

@@ -78,9 +78,19 @@ class ClusterInfo(ClusterState):
 
 
 class ClusterList(BaseModel):
-    """`GET /clusters`."""
+    """`GET /clusters`; `user` is who asks, as the owner of the jobs they create is named (under token-only
+    authentication Jupyter's identity is a random id: then the server's own user)."""
 
     clusters: list[ClusterInfo]
+    user: str | None = None
+
+
+class SpecExport(BaseModel):
+    """`GET .../jobs/{name}/spec`: the spec a job was submitted with, as a dict and as YAML that `%%train` and
+    `cleverthis-train create --config` accept."""
+
+    spec: dict[str, Any]
+    yaml: str
 
 
 class Checkpoint(BaseModel):

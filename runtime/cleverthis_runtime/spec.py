@@ -14,6 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 NAME_PATTERN = r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,62}[A-Za-z0-9])?$"
+# NAME_PATTERN in words: what every front-end says instead of the expression (the schema's x-pattern-message)
+NAME_RULE = "use letters, digits, '.', '_' or '-', starting and ending with a letter or digit (at most 64)"
 DEFAULT_BASE_MODEL = "meta-llama/Llama-2-7b-hf"
 DEFAULT_DATASET_PATH = "/datasets/training"
 TRAINING_CONFIG_FILE = "training_config.json"
@@ -207,6 +209,7 @@ class JobSpec(_Strict):
         title="Name",
         pattern=NAME_PATTERN,
         description="Unique job name, e.g. llama2-customer-support-v1 (letters, digits, . _ -; at most 64)",
+        json_schema_extra={"x-pattern-message": NAME_RULE},
     )
     cluster: str = Field("local", title="Ray Cluster", description="Ray cluster to submit to; must be running")
     base_model: str = Field(
@@ -316,7 +319,7 @@ def error_list(exc: ValidationError) -> list[dict[str, str]]:
         msg = err.get("msg", "invalid")
         msg = re.sub(r"^Value error, ", "", msg)
         if err.get("type") == "string_pattern_mismatch" and loc.endswith("name"):
-            msg = "use letters, digits, '.', '_' or '-' (start and end with a letter or digit, at most 64)"
+            msg = NAME_RULE
         out.append({"field": loc, "message": msg})
     return out
 

@@ -21,6 +21,10 @@ async def test_clusters_and_schema(jp_fetch, ray_cluster):
     local = [c for c in body["clusters"] if c["name"] == "local"][0]
     assert local["status"] == "running" and local["resources"]["CPU"]["total"] >= 1
     assert "token" not in json.dumps(body).lower()
+    from jupyter_cleverthis.service.jobs import default_owner
+
+    # who asks, as job owners are named (a token-only server: its own user, not Jupyter's random anonymous id)
+    assert body["user"] == default_owner()
     schema = await _json(await jp_fetch("cleverthis", "api", "schema"))
     assert schema["job_spec"]["properties"]["epochs"]["default"] == 3
 
@@ -52,6 +56,16 @@ async def test_job_routes_on_a_running_job(jp_fetch, jp_ws_fetch, jp_serverapp, 
     assert job_name in [j["name"] for j in listed["jobs"]] and listed["total"] >= 1
     nobody = await _json(await jp_fetch(*api, "jobs", params={"owner": "nobody-else"}))
     assert nobody == {"jobs": [], "total": 0}
+    # the submitted spec, also as YAML that %%train reads back into the same spec ("Export", "Create from")
+    import yaml
+
+    from jupyter_cleverthis.spec import JobSpec
+
+    exported = await _json(await jp_fetch(*api, "jobs", job_name, "spec"))
+    assert {k: exported["spec"][k] for k in spec} == spec and exported["spec"]["cluster"] == "local"
+    assert yaml.safe_load(exported["yaml"]) == {k: v for k, v in exported["spec"].items() if v is not None}
+    assert JobSpec.model_validate(yaml.safe_load(exported["yaml"])).model_dump(mode="json") == exported["spec"]
+    assert exported["yaml"].startswith(f"name: {job_name}\n")
     with pytest.raises(HTTPClientError) as dup:
         await jp_fetch(*api, "jobs", method="POST", body=json.dumps(spec), request_timeout=180)
     assert dup.value.code == 409 and json.loads(dup.value.response.body)["code"] == "job_exists"

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -84,10 +85,10 @@ def chromium_path() -> str:
     return path
 
 
-@pytest.fixture(scope="session")
-def lab(ray_cluster: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    """A real `jupyter lab` from this venv on a free loopback port under base_url /lab-base/."""
-    base = tmp_path_factory.mktemp("lab")
+@contextmanager
+def run_lab(base: Path, name: str = "jupyter-lab", env: dict[str, str] | None = None) -> Iterator[Lab]:
+    """A real `jupyter lab` from this venv on a free loopback port under base_url /lab-base/, its own folders under
+    `base`, its output in tests/artifacts/<name>.log; `env` adds to the test run's environment."""
     root_dir, workspaces, settings, runtime = (base / n for n in ("root", "workspaces", "settings", "runtime"))
     for d in (root_dir, workspaces, settings, runtime):
         d.mkdir()
@@ -96,9 +97,10 @@ def lab(ray_cluster: object, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     notification.parent.mkdir(parents=True)
     notification.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
     token, port = secrets.token_hex(16), _free_port()
-    env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTER_RUNTIME_DIR=str(runtime))
+    env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTER_RUNTIME_DIR=str(runtime), **(env or {}))
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    log = open(ARTIFACTS / "jupyter-lab.log", "w")  # noqa: SIM115 (closed at teardown)
+    log_path = ARTIFACTS / f"{name}.log"
+    log = open(log_path, "w")  # noqa: SIM115 (closed at teardown)
     proc = subprocess.Popen(
         [str(Path(sys.executable).parent / "jupyter"), "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
          "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.base_url={BASE_URL}",
@@ -109,7 +111,7 @@ def lab(ray_cluster: object, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     )
     url = f"http://127.0.0.1:{port}{BASE_URL}"
     try:
-        wait_http(f"{url}api/status?token={token}", proc, "jupyter lab", ARTIFACTS / "jupyter-lab.log")
+        wait_http(f"{url}api/status?token={token}", proc, "jupyter lab", log_path)
         yield Lab(url=url, token=token, root_dir=root_dir)
     finally:
         proc.send_signal(signal.SIGTERM)  # the server shuts its kernels down on SIGTERM
@@ -119,6 +121,13 @@ def lab(ray_cluster: object, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             proc.kill()
             proc.wait(timeout=10)
         log.close()
+
+
+@pytest.fixture(scope="session")
+def lab(ray_cluster: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """The lab most tests use: its `local` cluster is the test run's Ray head."""
+    with run_lab(tmp_path_factory.mktemp("lab")) as running:
+        yield running
 
 
 @pytest.fixture(scope="session")
@@ -157,8 +166,7 @@ class Shots:
         return path
 
 
-@pytest.fixture
-def page(browser: Browser, lab: Lab, request: pytest.FixtureRequest) -> Iterator[Page]:
+def open_lab_page(browser: Browser, lab: Lab, request: pytest.FixtureRequest) -> Iterator[Page]:
     """A fresh browser context on JupyterLab, started and with the splash gone."""
     context = browser.new_context(viewport={"width": 1440, "height": 900})
     context.set_default_timeout(30_000)
@@ -185,12 +193,25 @@ def page(browser: Browser, lab: Lab, request: pytest.FixtureRequest) -> Iterator
 
 
 @pytest.fixture
-def shots(page: Page, request: pytest.FixtureRequest) -> Shots:
-    """`shots("what")` saves the page as tests/artifacts/<test>-NN-what.png."""
-    return request.node.ui_shots
+def page(browser: Browser, lab: Lab, request: pytest.FixtureRequest) -> Iterator[Page]:
+    """A fresh browser context on the shared lab."""
+    yield from open_lab_page(browser, lab, request)
+
+
+def _of_page(request: pytest.FixtureRequest, what: str) -> object:
+    """What the test's page fixture (`page`, or one built on open_lab_page) set up; it must come first."""
+    value = getattr(request.node, what, None)
+    assert value is not None, "name the page fixture before shots and console_errors in the test's arguments"
+    return value
 
 
 @pytest.fixture
-def console_errors(page: Page, request: pytest.FixtureRequest) -> list[str]:
+def shots(request: pytest.FixtureRequest) -> Shots:
+    """`shots("what")` saves the page as tests/artifacts/<test>-NN-what.png."""
+    return _of_page(request, "ui_shots")  # type: ignore[return-value]
+
+
+@pytest.fixture
+def console_errors(request: pytest.FixtureRequest) -> list[str]:
     """The page's uncaught exceptions and console errors so far (a live list)."""
-    return request.node.ui_errors
+    return _of_page(request, "ui_errors")  # type: ignore[return-value]

@@ -75,7 +75,7 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
     fill_fields(dialog, {"name": "bad/name", "epochs": 0})
     dialog.locator(".jp-Dialog-footer").get_by_role("button", name="Create").click()
     expect(field(dialog, "epochs").locator(".jp-CleverThis-fieldError")).to_have_text(re.compile("at least 1"))
-    expect(field(dialog, "name").locator(".jp-CleverThis-fieldError")).to_have_text(re.compile("pattern"))
+    expect(field(dialog, "name").locator(".jp-CleverThis-fieldError")).to_have_text(re.compile("^Use letters, digits"))
     expect(field(dialog, "batch_size").locator(".jp-CleverThis-fieldError")).to_have_count(0)
     expect(dialog).to_be_visible()
     shots("create-dialog-errors")

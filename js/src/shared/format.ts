@@ -137,3 +137,21 @@ export function updateStatusBadge(span: HTMLElement, status: string | null | und
   span.title = `Status: ${value}`;
   span.dataset.status = value;
 }
+
+/**
+ * A name for a copy of job `name` that none of `taken` has: "<name>-2", or the next number when `name` already
+ * ends in one ("run-2" -> "run-3"); at most 64 characters, like every job name.
+ */
+export function cloneName(name: string, taken: readonly string[]): string {
+  const match = /^(.*?)-(\d{1,3})$/.exec(name);
+  const base = match && match[1] ? match[1] : name;
+  const used = new Set(taken);
+  used.add(name);
+  for (let n = match ? Number(match[2]) + 1 : 2; ; n++) {
+    const suffix = `-${n}`;
+    const candidate = base.slice(0, 64 - suffix.length).replace(/[._-]+$/, '') + suffix;
+    if (!used.has(candidate)) {
+      return candidate;
+    }
+  }
+}

@@ -36,6 +36,10 @@ export interface IJobDetailViewOptions {
   onResume?: (job: IJobDetail, checkpoint?: ICheckpoint) => void | Promise<unknown>;
   /** Shows "Open in TensorBoard" (for a job whose TensorBoard folder this server can show) calling this. */
   onOpenTensorBoard?: (job: IJobDetail) => void | Promise<unknown>;
+  /** Shows "Create from this job" (the create form prefilled with the job's spec) calling this. */
+  onClone?: (job: IJobDetail) => void | Promise<unknown>;
+  /** Shows "Export" (the job's spec as YAML that `%%train` accepts) calling this. */
+  onExport?: (job: IJobDetail) => void | Promise<unknown>;
   /** Show the loss curve (default true). */
   showLossCurve?: boolean;
   /** Show the log tail (default true). */
@@ -68,6 +72,12 @@ export class JobDetailView {
     );
     this._tensorBoard.style.display = 'none';
     this._tensorBoard.addEventListener('click', this._onTensorBoardClick);
+    this._clone = Private.button('clone', "A new job with this job's settings (the form, prefilled)", 'Create from this job');
+    this._clone.style.display = options.onClone ? '' : 'none';
+    this._clone.addEventListener('click', () => this._job && void options.onClone?.(this._job));
+    this._export = Private.button('export', "This job's spec as YAML that %%train and --config read", 'Export');
+    this._export.style.display = options.onExport ? '' : 'none';
+    this._export.addEventListener('click', () => this._job && void options.onExport?.(this._job));
 
     this._message = h('div', { class: `${VIEW_CLASS}-message` });
     this._error = h('pre', { class: `${VIEW_CLASS}-error` });
@@ -179,8 +189,7 @@ export class JobDetailView {
       this._title,
       this._badge,
       h('span', { class: `${CSS_PREFIX}-spacer` }),
-      this._resume,
-      this._cancel
+      h('span', { class: `${VIEW_CLASS}-actions` }, this._clone, this._export, this._resume, this._cancel)
     );
     this.node.append(
       header,
@@ -217,6 +226,8 @@ export class JobDetailView {
     this._message.style.display = 'none';
     this._error.style.display = 'none';
     this._resume.disabled = true;
+    this._clone.disabled = true;
+    this._export.disabled = true;
     for (const el of [this._queued, this._advice, this._traceback, this._curve]) {
       el.style.display = 'none';
     }
@@ -235,6 +246,7 @@ export class JobDetailView {
     this._cancel.textContent = this._cancelling ? 'Cancelling\u2026' : 'Cancel';
     const checkpointsKnown = (job.checkpoints ?? []).length > 0;
     this._resume.disabled = this._resuming || isActive(job.status) || !checkpointsKnown;
+    this._clone.disabled = this._export.disabled = false;
   }
 
   /** The message, error, why queued, advice and traceback lines (each hidden when empty). */
@@ -306,6 +318,8 @@ export class JobDetailView {
   private _resuming = false;
   private readonly _onResume?: (job: IJobDetail, checkpoint?: ICheckpoint) => void | Promise<unknown>;
   private readonly _resume: HTMLButtonElement;
+  private readonly _clone: HTMLButtonElement;
+  private readonly _export: HTMLButtonElement;
   private readonly _queued: HTMLDivElement;
   private readonly _advice: HTMLDivElement;
   private readonly _curve: HTMLDivElement;

@@ -87,6 +87,9 @@ export type IClusterInfo = Api.ClusterInfo;
 /** `GET /clusters` (`ClusterList`). */
 export type IClusterList = Api.ClusterList;
 
+/** `GET .../jobs/{name}/spec`: the submitted spec, and as YAML (`SpecExport`). */
+export type ISpecExport = Api.SpecExport;
+
 /** `GET /clusters/{cluster}/jobs` (`JobPage`). */
 export type IJobPage = Api.JobPage;
 

@@ -9,6 +9,7 @@ import { ServerConnection } from '@jupyterlab/services';
 import {
   IClusterInfo,
   IClusterList,
+  IClusterState,
   IEventsPage,
   IJobDetail,
   IJobPage,
@@ -18,9 +19,10 @@ import {
   IPreflight,
   IResumeOptions,
   ISchemaBundle,
+  ISpecExport,
   ITensorBoard
 } from './model';
-import { ITransport, TransportError } from './transport';
+import { IJobQuery, ITransport, TransportError } from './transport';
 
 /** Path of the API under the server's base URL. */
 export const API_PATH = 'cleverthis/api';
@@ -47,13 +49,28 @@ export class RestTransport implements ITransport {
     );
   }
 
+  /** Who the server says is asking (from the last cluster list); null until then. */
+  get user(): string | null {
+    return this._user;
+  }
+
   async listClusters(): Promise<IClusterInfo[]> {
     const body = await this._request<IClusterList>('GET', ['clusters']);
+    this._user = body.user ?? null;
     return body.clusters ?? [];
   }
 
-  async listJobs(cluster: string): Promise<IJobSummary[]> {
-    const body = await this._request<IJobPage>('GET', ['clusters', cluster, 'jobs']);
+  clusterAction(cluster: string, action: 'up' | 'down'): Promise<IClusterState> {
+    return this._request<IClusterState>('POST', ['clusters', cluster, action], {});
+  }
+
+  getSpec(cluster: string, name: string): Promise<ISpecExport> {
+    return this._request<ISpecExport>('GET', ['clusters', cluster, 'jobs', name, 'spec']);
+  }
+
+  async listJobs(cluster: string, options: IJobQuery = {}): Promise<IJobSummary[]> {
+    const query = options.owner ? { owner: options.owner } : undefined;
+    const body = await this._request<IJobPage>('GET', ['clusters', cluster, 'jobs'], undefined, query);
     return body.jobs ?? [];
   }
 
@@ -108,6 +125,8 @@ export class RestTransport implements ITransport {
   openTensorBoard(cluster: string, name: string): Promise<ITensorBoard> {
     return this._request<ITensorBoard>('GET', ['clusters', cluster, 'jobs', name, 'tensorboard']);
   }
+
+  private _user: string | null = null;
 
   private async _request<T>(
     method: string,

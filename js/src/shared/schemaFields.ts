@@ -37,6 +37,8 @@ export interface IFieldDescriptor extends FieldConstraints {
   nullable: boolean;
   /** Only shown for these job types (schema extension `job_types` / `x-job-types`). */
   jobTypes?: string[];
+  /** What `pattern` asks for, in words (schema extension `x-pattern-message`); users never see the expression. */
+  patternMessage?: string;
   /** The resolved schema of the property. */
   schema: IJSONSchema;
 }
@@ -170,6 +172,7 @@ export function describeFields(
       required: required.has(name) && !hasDefault,
       nullable,
       jobTypes: Array.isArray(jobTypes) ? jobTypes.map(String) : undefined,
+      patternMessage: typeof schema['x-pattern-message'] === 'string' ? schema['x-pattern-message'] : undefined,
       schema
     });
   }
@@ -248,7 +251,7 @@ export function parseFieldValue(
       if (field.pattern) {
         const re = Private.regexp(field.pattern);
         if (re && !re.test(text)) {
-          return { error: `Must match the pattern ${field.pattern}` };
+          return { error: Private.sentence(field.patternMessage ?? 'This value is not in the accepted form.') };
         }
       }
       value = text;
@@ -258,6 +261,12 @@ export function parseFieldValue(
 }
 
 namespace Private {
+  /** "use letters, ..." -> "Use letters, ....". */
+  export function sentence(text: string): string {
+    const t = text.trim();
+    return t ? t[0].toUpperCase() + t.slice(1) + (/[.!?]$/.test(t) ? '' : '.') : t;
+  }
+
   export function num(value: unknown): number | undefined {
     return typeof value === 'number' && Number.isFinite(value) ? value : undefined;
   }

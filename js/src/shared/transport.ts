@@ -5,6 +5,7 @@
  */
 import {
   IClusterInfo,
+  IClusterState,
   IEventsPage,
   IFieldError,
   IJobDetail,
@@ -13,13 +14,20 @@ import {
   IPreflight,
   IResumeOptions,
   ISchemaBundle,
+  ISpecExport,
   ITensorBoard
 } from './model';
+
+/** Filters of {@link ITransport.listJobs}. */
+export interface IJobQuery {
+  owner?: string;
+}
 
 /** Everything the views need from the server. */
 export interface ITransport {
   listClusters(): Promise<IClusterInfo[]>;
-  listJobs(cluster: string): Promise<IJobSummary[]>;
+  /** The cluster's jobs, newest first (`owner`: only that user's). */
+  listJobs(cluster: string, options?: IJobQuery): Promise<IJobSummary[]>;
   getJob(cluster: string, name: string): Promise<IJobDetail>;
   createJob(cluster: string, spec: IJobSpec): Promise<IJobDetail>;
   cancelJob(cluster: string, name: string): Promise<IJobDetail>;
@@ -30,6 +38,12 @@ export interface ITransport {
   getLogs(cluster: string, name: string): Promise<string>;
   getEvents(cluster: string, name: string, since: number): Promise<IEventsPage>;
   getSchema(): Promise<ISchemaBundle>;
+  /** Start (`up`) or stop (`down`) a cluster jupyter-cleverthis manages; absent where it cannot. */
+  clusterAction?(cluster: string, action: 'up' | 'down'): Promise<IClusterState>;
+  /** The spec a job was submitted with, and the same as YAML (`%%train` reads it); absent where unknown. */
+  getSpec?(cluster: string, name: string): Promise<ISpecExport>;
+  /** Who the server says is asking (the owner of the jobs they create), once the clusters were listed. */
+  readonly user?: string | null;
   /** Start (or find) the TensorBoard of the job's checkpoint folder; absent where it cannot be shown. */
   openTensorBoard?(cluster: string, name: string): Promise<ITensorBoard>;
 }

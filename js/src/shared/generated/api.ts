@@ -80,13 +80,15 @@ export interface NodeResources {
   memory: ResourceUsage | null;
 }
 /**
- * `GET /clusters`.
+ * `GET /clusters`; `user` is who asks, as the owner of the jobs they create is named (under token-only
+ * authentication Jupyter's identity is a random id: then the server's own user).
  *
  * This interface was referenced by `CleverThisApi`'s JSON-Schema
  * via the `definition` "ClusterList".
  */
 export interface ClusterList {
   clusters: ClusterInfo[];
+  user: string | null;
 }
 /**
  * `POST /clusters/{cluster}/up|down`: the cluster's public config (never its token) and status.
@@ -675,6 +677,19 @@ export interface PreviewRun {
   text: string;
   trained: boolean;
   tokens: number;
+}
+/**
+ * `GET .../jobs/{name}/spec`: the spec a job was submitted with, as a dict and as YAML that `%%train` and
+ * `cleverthis-train create --config` accept.
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "SpecExport".
+ */
+export interface SpecExport {
+  spec: {
+    [k: string]: unknown;
+  };
+  yaml: string;
 }
 /**
  * `GET .../jobs/{name}/tensorboard`: where the TensorBoard of the job's records is (the server's proxy, same
