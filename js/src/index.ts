@@ -1,60 +1,32 @@
 /**
- * JupyterLab front-end of jupyter-cleverthis: a "Training" panel in the left
- * area to launch and monitor Ray training / fine-tuning jobs.
+ * JupyterLab front-end of jupyter-cleverthis: a "Training" panel in the left area (clusters, the job list,
+ * Create Job), a main-area tab per opened job, job-end notifications, and the commands of the palette.
  */
 import {
   ILayoutRestorer,
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { Clipboard, Dialog, ICommandPalette, Notification, showDialog, showErrorMessage } from '@jupyterlab/apputils';
-import { URLExt } from '@jupyterlab/coreutils';
+import { ICommandPalette } from '@jupyterlab/apputils';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
-import { Widget } from '@lumino/widgets';
 
-import { showCreateJobDialog } from './dialog';
-import { trainingIcon } from './icon';
-import { IJobNotice, JobNotifier } from './notifier';
+import { CommandIDs, PALETTE_COMMANDS, addCommands, confirmCancel, confirmStop, dashboardUrl, notify } from './commands';
+import { JobTabs } from './jobTabs';
+import { JobNotifier } from './notifier';
 import { DEFAULT_REFRESH_INTERVAL, TrainingPanel } from './panel';
 import { RestTransport } from './shared/restTransport';
-import { IJobDetail, JobType, cloneName, errorMessage, h, isActive } from './shared';
 
 export * from './shared';
 export { RestTransport, API_PATH } from './shared/restTransport';
 export { TrainingPanel, DEFAULT_REFRESH_INTERVAL } from './panel';
 export { CreateJobDialog, showCreateJobDialog } from './dialog';
+export { JobTab } from './jobTab';
+export { CommandIDs } from './commands';
 export { trainingIcon } from './icon';
 export { JobNotifier } from './notifier';
 
 /** The plugin id; also the settings schema id (`schema/plugin.json`). */
 export const PLUGIN_ID = 'jupyter-cleverthis:plugin';
-
-/** Command ids. */
-export namespace CommandIDs {
-  export const createJob = 'cleverthis:create-job';
-  export const refresh = 'cleverthis:refresh';
-  export const openDashboard = 'cleverthis:open-dashboard';
-  export const openJob = 'cleverthis:open-job';
-  export const cloneJob = 'cleverthis:clone-job';
-  export const exportJob = 'cleverthis:export-job';
-  export const cancelJob = 'cleverthis:cancel-job';
-  export const resumeJob = 'cleverthis:resume-job';
-  export const startCluster = 'cleverthis:start-cluster';
-  export const stopCluster = 'cleverthis:stop-cluster';
-}
-
-/** The commands the palette lists. */
-const PALETTE_COMMANDS = [
-  CommandIDs.createJob,
-  CommandIDs.refresh,
-  CommandIDs.openDashboard,
-  CommandIDs.cloneJob,
-  CommandIDs.exportJob,
-  CommandIDs.cancelJob,
-  CommandIDs.resumeJob,
-  CommandIDs.startCluster,
-  CommandIDs.stopCluster
-];
 
 /** Palette category of the commands. */
 const CATEGORY = 'CleverThis Training';
@@ -73,41 +45,50 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const serverSettings = app.serviceManager.serverSettings;
     const transport = new RestTransport({ serverSettings });
     const { commands, shell } = app;
+    const settings = { notifications: true };
 
     const notifier = new JobNotifier({
       transport,
-      notify: notice => Private.notify(app, notice),
-      enabled: () => Private.notificationsOn
+      notify: notice => notify(app, notice),
+      enabled: () => settings.notifications
+    });
+    const tabs = new JobTabs(app, {
+      transport,
+      confirmCancel,
+      onClone: job => void commands.execute(CommandIDs.cloneJob, { cluster: job.cluster, name: job.name }),
+      onExport: job => void commands.execute(CommandIDs.exportJob, { cluster: job.cluster, name: job.name })
     });
     const panel = new TrainingPanel({
       transport,
       refreshInterval: DEFAULT_REFRESH_INTERVAL,
       onCreateJob: () => void commands.execute(CommandIDs.createJob),
       onOpenDashboard: cluster => void commands.execute(CommandIDs.openDashboard, { cluster }),
-      onCloneJob: job => void commands.execute(CommandIDs.cloneJob, { cluster: job.cluster, name: job.name }),
-      onExportJob: job => void commands.execute(CommandIDs.exportJob, { cluster: job.cluster, name: job.name }),
-      onShowJob: (cluster, name) => notifier.watch(cluster, name),
-      confirmCancel: Private.confirmCancel,
-      confirmStop: Private.confirmStop,
-      dashboardUrl: cluster => Private.dashboardUrl(serverSettings.baseUrl, cluster),
+      onOpenJob: (cluster, name) => void commands.execute(CommandIDs.openJob, { cluster, name }),
+      confirmStop,
+      dashboardUrl: cluster => dashboardUrl(serverSettings.baseUrl, cluster),
       // The server's word for who asks: under token-only authentication Jupyter's own identity is a random id.
       currentUser: () => transport.user ?? app.serviceManager.user?.identity?.username
     });
     panel.title.caption = 'Training';
     shell.add(panel, 'left', { rank: 200 });
+
+    addCommands(app, { panel, transport, notifier, tabs });
     if (restorer) {
       restorer.add(panel, panel.id);
+      tabs.restore(restorer, CommandIDs.openJob);
     }
-    Private.panel = panel;
-
-    Private.addCommands(app, panel, transport, notifier);
     if (palette) {
       for (const command of PALETTE_COMMANDS) {
         palette.addItem({ command, category: CATEGORY });
       }
     }
     if (settingRegistry) {
-      Private.followSettings(app, settingRegistry, panel);
+      followSettings(app, settingRegistry, (interval, cluster, notifications) => {
+        panel.refreshInterval = interval;
+        tabs.refreshInterval = interval;
+        panel.defaultCluster = cluster;
+        settings.notifications = notifications;
+      });
     }
     void app.restored.then(() => notifier.start());
   }
@@ -115,245 +96,27 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
 export default plugin;
 
-namespace Private {
-  /** The panel (the Open action of a notification shows the job there). */
-  export let panel: TrainingPanel | null = null;
-  /** The `notifications` setting. */
-  export let notificationsOn = true;
-
-  /** The plugin's commands. A job command acts on `args.cluster`/`args.name`, else on the job the panel shows. */
-  export function addCommands(
-    app: JupyterFrontEnd,
-    panel: TrainingPanel,
-    transport: RestTransport,
-    notifier: JobNotifier
-  ): void {
-    const { commands, shell } = app;
-    const serverSettings = app.serviceManager.serverSettings;
-    const target = (args: Record<string, unknown>): { cluster: string; name: string } | null => {
-      const cluster = (args.cluster as string | undefined) || panel.cluster;
-      const name = (args.name as string | undefined) || panel.jobName;
-      return cluster && name ? { cluster, name } : null;
-    };
-    commands.addCommand(CommandIDs.createJob, {
-      label: 'Create Training Job\u2026',
-      caption: 'Create a training or fine-tuning job on the selected cluster',
-      icon: trainingIcon,
-      execute: async args => {
-        const cluster = (args.cluster as string | undefined) || panel.cluster;
-        if (!cluster) {
-          await showErrorMessage('No cluster', 'No Ray cluster is available to run the job on.');
-          return null;
-        }
-        // A stopped cluster of our own: offer to start it first (the first run's path).
-        const info = panel.clusters.find(c => c.name === cluster);
-        if (info?.managed && info.status !== 'running') {
-          const answer = await showDialog({
-            title: 'Start the cluster?',
-            body: `The cluster \u201c${cluster}\u201d is ${info.status}. Start it on this machine to run the job?`,
-            buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Start cluster' })]
-          });
-          if (!answer.button.accept || !(await panel.clusterAction('up', cluster))) {
-            return null;
-          }
-        }
-        const jobType =
-          args.job_type === 'train' || args.job_type === 'finetune'
-            ? (args.job_type as JobType)
-            : undefined;
-        const values = (args.values as Record<string, unknown> | undefined) ?? undefined;
-        const created = await showCreateJobDialog({ transport, cluster, jobType, values });
-        if (created) {
-          notifier.watch(cluster, created.name, created.status);
-          shell.activateById(panel.id);
-          if (panel.cluster !== cluster) {
-            panel.cluster = cluster;
-          }
-          panel.showJob(created.name);
-        }
-        return created;
-      }
+/** Apply the `refreshInterval`, `defaultCluster` and `notifications` settings, now and on each change. */
+function followSettings(
+  app: JupyterFrontEnd,
+  settingRegistry: ISettingRegistry,
+  apply: (interval: number, cluster: string, notifications: boolean) => void
+): void {
+  const read = (settings: ISettingRegistry.ISettings) => {
+    const interval = settings.get('refreshInterval').composite;
+    const cluster = settings.get('defaultCluster').composite;
+    apply(
+      typeof interval === 'number' && interval > 0 ? interval : DEFAULT_REFRESH_INTERVAL,
+      typeof cluster === 'string' ? cluster : '',
+      settings.get('notifications').composite !== false
+    );
+  };
+  Promise.all([settingRegistry.load(PLUGIN_ID), app.restored])
+    .then(([settings]) => {
+      read(settings);
+      settings.changed.connect(read);
+    })
+    .catch(reason => {
+      console.error(`${PLUGIN_ID}: cannot load the settings.`, reason);
     });
-
-    commands.addCommand(CommandIDs.openJob, {
-      label: args => (args.name ? `Open Training Job ${args.name}` : 'Open Training Job'),
-      caption: 'Show a job in the Training panel',
-      execute: args => {
-        const job = target(args);
-        if (!job) {
-          return;
-        }
-        shell.activateById(panel.id);
-        if (panel.cluster !== job.cluster) {
-          panel.cluster = job.cluster;
-        }
-        panel.showJob(job.name);
-      }
-    });
-
-    commands.addCommand(CommandIDs.cloneJob, {
-      label: 'Create Job from This Job\u2026',
-      caption: "The create form, prefilled with the job's spec and a new name",
-      isEnabled: () => !!panel.jobName,
-      execute: async args => {
-        const job = target(args);
-        if (!job) {
-          return null;
-        }
-        try {
-          const spec = (panel.detail.job?.name === job.name && panel.detail.job.spec) ||
-            (await transport.getSpec(job.cluster, job.name)).spec;
-          const { cluster: _cluster, job_type, ...fields } = spec as Record<string, unknown>;
-          // what was left unset stays unset (the form shows its default), the rest is the job's
-          const values: Record<string, unknown> = Object.fromEntries(
-            Object.entries(fields).filter(([, v]) => v !== null && v !== undefined)
-          );
-          values.name = cloneName(job.name, panel.table.jobs.map(j => j.name));
-          return await commands.execute(CommandIDs.createJob, { cluster: job.cluster, job_type, values } as any);
-        } catch (err) {
-          await showErrorMessage('Cannot copy the job', errorMessage(err));
-          return null;
-        }
-      }
-    });
-
-    commands.addCommand(CommandIDs.exportJob, {
-      label: 'Export Training Job Spec (YAML)\u2026',
-      caption: "The job's spec as YAML that %%train and `cleverthis-train create --config` read",
-      isEnabled: () => !!panel.jobName,
-      execute: async args => {
-        const job = target(args);
-        if (!job) {
-          return null;
-        }
-        try {
-          const exported = await transport.getSpec(job.cluster, job.name);
-          const body = new Widget({
-            node: h(
-              'div',
-              null,
-              h('p', null, `Paste into a %%train cell, or save as a file for cleverthis-train create --config.`),
-              h('pre', { class: 'jp-CleverThis-exportYaml' }, exported.yaml)
-            )
-          });
-          const result = await showDialog({
-            title: `Spec of ${job.name}`,
-            body,
-            buttons: [Dialog.cancelButton({ label: 'Close' }), Dialog.okButton({ label: 'Copy' })]
-          });
-          if (result.button.accept) {
-            Clipboard.copyToSystem(exported.yaml);
-          }
-          return exported.yaml;
-        } catch (err) {
-          await showErrorMessage('Cannot export the job', errorMessage(err));
-          return null;
-        }
-      }
-    });
-
-    commands.addCommand(CommandIDs.cancelJob, {
-      label: 'Cancel Training Job',
-      caption: 'Cancel the job the Training panel shows',
-      isEnabled: () => !!panel.detail.job && isActive(panel.detail.job.status),
-      execute: () => (panel.detail.job ? panel.cancelJob(panel.detail.job) : undefined)
-    });
-
-    commands.addCommand(CommandIDs.resumeJob, {
-      label: 'Resume Training Job',
-      caption: 'Continue the job the Training panel shows from its latest checkpoint',
-      isEnabled: () => !!panel.detail.job && !isActive(panel.detail.job.status),
-      execute: () => (panel.detail.job ? panel.resumeJob(panel.detail.job) : undefined)
-    });
-
-    commands.addCommand(CommandIDs.startCluster, {
-      label: 'Start the Local Ray Cluster',
-      caption: 'Start the selected cluster jupyter-cleverthis manages on this machine',
-      execute: args => panel.clusterAction('up', (args.cluster as string | undefined) || panel.cluster)
-    });
-
-    commands.addCommand(CommandIDs.stopCluster, {
-      label: 'Stop the Local Ray Cluster',
-      caption: 'Stop the selected cluster jupyter-cleverthis manages, and its jobs',
-      execute: args => panel.clusterAction('down', (args.cluster as string | undefined) || panel.cluster)
-    });
-
-    commands.addCommand(CommandIDs.refresh, {
-      label: 'Refresh Training Jobs',
-      caption: 'Refresh the clusters and jobs of the Training panel',
-      execute: () => panel.refresh()
-    });
-
-    commands.addCommand(CommandIDs.openDashboard, {
-      label: 'Open Ray Dashboard',
-      caption: 'Open the selected cluster\u2019s Ray dashboard in a new browser tab',
-      execute: async args => {
-        const cluster = (args.cluster as string | undefined) || panel.cluster;
-        if (!cluster) {
-          await showErrorMessage('No cluster', 'No Ray cluster is selected.');
-          return null;
-        }
-        const url = dashboardUrl(serverSettings.baseUrl, cluster);
-        window.open(url, '_blank', 'noopener');
-        return url;
-      }
-    });
-  }
-
-  /** Apply the `refreshInterval` and `defaultCluster` settings, now and on each change. */
-  export function followSettings(app: JupyterFrontEnd, settingRegistry: ISettingRegistry, panel: TrainingPanel): void {
-    const apply = (settings: ISettingRegistry.ISettings) => {
-      const interval = settings.get('refreshInterval').composite;
-      const cluster = settings.get('defaultCluster').composite;
-      notificationsOn = settings.get('notifications').composite !== false;
-      panel.refreshInterval =
-        typeof interval === 'number' && interval > 0 ? interval : DEFAULT_REFRESH_INTERVAL;
-      panel.defaultCluster = typeof cluster === 'string' ? cluster : '';
-    };
-    Promise.all([settingRegistry.load(PLUGIN_ID), app.restored])
-      .then(([settings]) => {
-        apply(settings);
-        settings.changed.connect(apply);
-      })
-      .catch(reason => {
-        console.error(`${PLUGIN_ID}: cannot load the settings.`, reason);
-      });
-  }
-
-  /** `<baseUrl>cleverthis/proxy/<cluster>/` */
-  export function dashboardUrl(baseUrl: string, cluster: string): string {
-    return URLExt.join(baseUrl, 'cleverthis/proxy', encodeURIComponent(cluster)) + '/';
-  }
-
-  /** A job's end as a JupyterLab notification, with "Open" (the job in the Training panel). */
-  export function notify(app: JupyterFrontEnd, notice: IJobNotice): void {
-    const actions: Notification.IAction[] = [
-      {
-        label: 'Open',
-        caption: `Show ${notice.name} in the Training panel`,
-        displayType: 'accent',
-        callback: () => void app.commands.execute(CommandIDs.openJob, { cluster: notice.cluster, name: notice.name })
-      }
-    ];
-    const options = { autoClose: notice.kind === 'error' ? (false as const) : 15_000, actions };
-    Notification[notice.kind](notice.message, options);
-  }
-
-  export async function confirmStop(cluster: string): Promise<boolean> {
-    const result = await showDialog({
-      title: 'Stop the cluster?',
-      body: `Stop \u201c${cluster}\u201d? Jobs still running on it stop with it.`,
-      buttons: [Dialog.cancelButton({ label: 'Keep running' }), Dialog.warnButton({ label: 'Stop cluster' })]
-    });
-    return result.button.accept;
-  }
-
-  export async function confirmCancel(job: IJobDetail): Promise<boolean> {
-    const result = await showDialog({
-      title: 'Cancel job?',
-      body: `Stop the job \u201c${job.name}\u201d on its Ray cluster?`,
-      buttons: [Dialog.cancelButton({ label: 'Keep running' }), Dialog.warnButton({ label: 'Cancel job' })]
-    });
-    return result.button.accept;
-  }
 }

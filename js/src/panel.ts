@@ -1,6 +1,6 @@
 /**
- * The "Training" side panel: cluster selector, Create Job button, the job
- * table (polled) and the job detail view.
+ * The "Training" side panel: the cluster (selector, status, Start/Stop), Create Job and the job table (polled).
+ * A job opens in a main-area tab (`jobTab.ts`) through `onOpenJob`.
  */
 import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
@@ -8,20 +8,8 @@ import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
 import { trainingIcon } from './icon';
-import { PanelActions } from './panelActions';
 import { ClusterAction, PanelHeader } from './panelHeader';
-import {
-  CSS_PREFIX,
-  IClusterInfo,
-  IJobDetail,
-  IJobSummary,
-  ITransport,
-  JobDetailView,
-  JobTable,
-  errorMessage,
-  summaryAsDetail,
-  h
-} from './shared';
+import { CSS_PREFIX, IClusterInfo, IJobSummary, ITransport, JobTable, errorMessage, h } from './shared';
 
 /** Default poll interval in seconds (the `refreshInterval` setting's default). */
 export const DEFAULT_REFRESH_INTERVAL = 3;
@@ -40,24 +28,15 @@ export interface ITrainingPanelOptions {
   onCreateJob?: () => void;
   /** Called by the dashboard button with the selected cluster. */
   onOpenDashboard?: (cluster: string) => void;
-  /** Asks the user to confirm a cancellation; no confirmation when omitted. */
-  confirmCancel?: (job: IJobDetail) => Promise<boolean>;
+  /** Opens a job (a row's click): in JupyterLab, a main-area tab. */
+  onOpenJob?: (cluster: string, name: string) => void;
   /** The signed-in user's name (the owner of the jobs they create); hides the "Mine" filter when omitted. */
   currentUser?: () => string | undefined;
   /** The URL of a cluster's dashboard through the server's proxy (the header's link once it runs). */
   dashboardUrl?: (cluster: string) => string;
-  /** "Create from this job" in the detail; hidden when omitted. */
-  onCloneJob?: (job: IJobDetail) => void;
-  /** "Export" in the detail; hidden when omitted. */
-  onExportJob?: (job: IJobDetail) => void;
-  /** Called when the panel shows a job (the notifier follows it). */
-  onShowJob?: (cluster: string, name: string) => void;
   /** Asks the user to confirm stopping a cluster; no confirmation when omitted. */
   confirmStop?: (cluster: string) => Promise<boolean>;
 }
-
-/** What the panel body shows. */
-export type PanelView = 'list' | 'detail';
 
 export class TrainingPanel extends Widget {
   constructor(options: ITrainingPanelOptions) {
@@ -69,16 +48,7 @@ export class TrainingPanel extends Widget {
     this.title.label = '';
     this.transport = options.transport;
     this._defaultCluster = options.defaultCluster ?? '';
-    this._actions = new PanelActions({
-      transport: this.transport,
-      cluster: () => this._cluster,
-      jobName: () => this._jobName,
-      confirmCancel: options.confirmCancel,
-      showActionError: message => this._showError(message),
-      showJob: name => this.showJob(name),
-      setDetail: job => this.detail.setJob(job),
-      refresh: () => this.refresh()
-    });
+    this._onOpenJob = options.onOpenJob;
     this._onOpenDashboard = options.onOpenDashboard;
 
     this._currentUser = options.currentUser;
@@ -104,20 +74,10 @@ export class TrainingPanel extends Widget {
     this._confirmStop = options.confirmStop;
 
     this.table = new JobTable({ onSelect: job => this.showJob(job.name) });
-    this.detail = new JobDetailView({
-      onBack: () => this.showList(),
-      onCancel: job => this._actions.cancel(job),
-      onResume: (job, checkpoint) => this._actions.resume(job, checkpoint),
-      onOpenTensorBoard: this.transport.openTensorBoard ? job => this._actions.openTensorBoard(job) : undefined,
-      onClone: options.onCloneJob,
-      onExport: options.onExportJob
-    });
-    this._onShowJob = options.onShowJob;
     this._notRunning = h('div', { class: `${CSS_PREFIX}-clusterEmpty`, role: 'status' });
     this._notRunning.style.display = 'none';
-    this._body = h('div', { class: `${CSS_PREFIX}-body` }, this._notRunning, this.table.node, this.detail.node);
+    this._body = h('div', { class: `${CSS_PREFIX}-body` }, this._notRunning, this.table.node);
     this.node.append(this._header.node, this._body);
-    this._applyView();
 
     this._poll = new Poll({
       auto: false,
@@ -136,8 +96,6 @@ export class TrainingPanel extends Widget {
   readonly transport: ITransport;
   /** The job list. */
   readonly table: JobTable;
-  /** The job detail view. */
-  readonly detail: JobDetailView;
 
   /** Emitted when the selected cluster changes. */
   get clusterChanged(): ISignal<this, string | null> {
@@ -162,18 +120,8 @@ export class TrainingPanel extends Widget {
     this._header.clusterSelect.value = name ?? '';
     this._updateClusterInfo();
     this.table.setJobs([]);
-    this.showList();
+    void this.refresh();
     this._clusterChanged.emit(name);
-  }
-
-  /** What the body shows. */
-  get view(): PanelView {
-    return this._view;
-  }
-
-  /** Name of the job shown in the detail view. */
-  get jobName(): string | null {
-    return this._jobName;
   }
 
   /** Poll interval in seconds. */
@@ -236,44 +184,12 @@ export class TrainingPanel extends Widget {
     return running;
   }
 
-  /** Cancel a job (after the confirmation), as its Cancel button does. */
-  cancelJob(job: IJobDetail): Promise<void> {
-    return this._actions.cancel(job);
-  }
-
-  /** Resume a job from its latest checkpoint, as its Resume button does. */
-  resumeJob(job: IJobDetail): Promise<void> {
-    return this._actions.resume(job);
-  }
-
-  /** Show a job's details. */
+  /** Open a job of the selected cluster (a row's click): `onOpenJob`, and the row is marked. */
   showJob(name: string): void {
-    if (this._cluster) {
-      this._onShowJob?.(this._cluster, name);
-    }
-    this._generation++;
-    this._view = 'detail';
-    this._jobName = name;
-    this._eventsNext = 0;
     this.table.selectedName = name;
-    const known = this.table.jobs.find(j => j.name === name);
-    this.detail.setJob(known ? summaryAsDetail(known) : null);
-    void this.detail.setEvents([]);
-    this.detail.setLogs('');
-    this._applyView();
-    void this.refresh();
-  }
-
-  /** Back to the job list. */
-  showList(): void {
-    if (this._view === 'list') {
-      return;
+    if (this._cluster) {
+      this._onOpenJob?.(this._cluster, name);
     }
-    this._generation++;
-    this._view = 'list';
-    this._jobName = null;
-    this._applyView();
-    void this.refresh();
   }
 
   dispose(): void {
@@ -282,7 +198,6 @@ export class TrainingPanel extends Widget {
     }
     this._poll.dispose();
     this.table.dispose();
-    this.detail.dispose();
     Signal.clearData(this);
     super.dispose();
   }
@@ -301,7 +216,6 @@ export class TrainingPanel extends Widget {
   protected onResize(msg: Widget.ResizeMessage): void {
     super.onResize(msg);
     this.table.render();
-    this.detail.lossCurve?.resize();
   }
 
   /**
@@ -347,27 +261,10 @@ export class TrainingPanel extends Widget {
         this._showError(null, true);
         return;
       }
-      if (this._view === 'list') {
-        const jobs = await this.transport.listJobs(cluster);
-        if (generation === this._generation) {
-          this._jobs = jobs;
-          this.table.setJobs(this._filtered(jobs));
-        }
-      } else if (this._jobName) {
-        const name = this._jobName;
-        const [job, events, logs] = await Promise.all([
-          this.transport.getJob(cluster, name),
-          this.transport.getEvents(cluster, name, this._eventsNext),
-          this.transport.getLogs(cluster, name).catch(() => null)
-        ]);
-        if (generation === this._generation) {
-          this.detail.setJob(job);
-          this._eventsNext = events.next;
-          void this.detail.addEvents(events.events);
-          if (logs !== null) {
-            this.detail.setLogs(logs);
-          }
-        }
+      const jobs = await this.transport.listJobs(cluster);
+      if (generation === this._generation) {
+        this._jobs = jobs;
+        this.table.setJobs(this._filtered(jobs));
       }
       this._showError(null, true);
     } catch (err) {
@@ -456,19 +353,8 @@ export class TrainingPanel extends Widget {
     this._header.showError(message);
   }
 
-  private _applyView(): void {
-    const list = this._view === 'list';
-    this.table.node.style.display = list ? '' : 'none';
-    this.detail.node.style.display = list ? 'none' : '';
-    this.node.dataset.view = this._view;
-    if (list) {
-      this.table.render();
-    }
-  }
-
   private _cluster: string | null = null;
   private _busy: ClusterAction | null = null;
-  private readonly _onShowJob?: (cluster: string, name: string) => void;
   private readonly _notRunning: HTMLDivElement;
   private readonly _confirmStop?: (cluster: string) => Promise<boolean>;
   private _jobs: IJobSummary[] = [];
@@ -477,9 +363,6 @@ export class TrainingPanel extends Widget {
   private _clusters: IClusterInfo[] = [];
   private _defaultCluster: string;
   private _userPicked = false;
-  private _view: PanelView = 'list';
-  private _jobName: string | null = null;
-  private _eventsNext = 0;
   private _generation = 0;
   private _inflight: Promise<void> | null = null;
   private _queued: Promise<void> | null = null;
@@ -487,8 +370,8 @@ export class TrainingPanel extends Widget {
   private readonly _poll: Poll;
   private readonly _body: HTMLDivElement;
   private readonly _header: PanelHeader;
-  private readonly _actions: PanelActions;
   private readonly _onOpenDashboard?: (cluster: string) => void;
+  private readonly _onOpenJob?: (cluster: string, name: string) => void;
 }
 
 namespace Private {

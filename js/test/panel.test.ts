@@ -16,7 +16,7 @@ import { Widget } from '@lumino/widgets';
 
 import { TrainingPanel } from '../src/panel';
 import { IClusterInfo, ITransport } from '../src/shared';
-import { makeDetail, makeJob, makeResources, makeTracking } from './fixtures';
+import { makeDetail, makeJob, makeResources } from './fixtures';
 
 const CLUSTERS: IClusterInfo[] = [
   { name: 'local', address: 'http://127.0.0.1:8265', status: 'running', managed: true, resources: makeResources({ CPU: { total: 2, free: 1 } }) },
@@ -38,20 +38,11 @@ function fakeTransport(): ITransport & { [K in keyof ITransport]: Mock } {
   } as any;
 }
 
-/** A panel showing the first job's detail, and its "Open in TensorBoard" button. */
-async function tensorBoardButton(transport: ITransport): Promise<[TrainingPanel, HTMLButtonElement]> {
-  const panel = new TrainingPanel({ transport, defaultCluster: 'local' });
-  Widget.attach(panel, document.body);
-  await panel.refresh();
-  (panel.node.querySelector('.jp-CleverThis-JobTable-row') as HTMLElement).click();
-  await panel.refresh();
-  return [panel, panel.node.querySelector('.jp-CleverThis-JobDetail-tensorboard') as HTMLButtonElement];
-}
-
 describe('TrainingPanel', () => {
-  it('has the panel id, lists clusters and jobs, and opens a job', async () => {
+  it('has the panel id, lists clusters and jobs, and opens a job through onOpenJob', async () => {
     const transport = fakeTransport();
-    const panel = new TrainingPanel({ transport, defaultCluster: 'local' });
+    const onOpenJob = vi.fn();
+    const panel = new TrainingPanel({ transport, defaultCluster: 'local', onOpenJob });
     expect(panel.id).toBe('jp-CleverThis-training');
     Widget.attach(panel, document.body);
     await panel.refresh();
@@ -63,14 +54,9 @@ describe('TrainingPanel', () => {
     expect(panel.table.jobs.map(j => j.name)).toEqual(['job-0002', 'job-0001']);
 
     (panel.node.querySelector('.jp-CleverThis-JobTable-row') as HTMLElement).click();
-    expect(panel.view).toBe('detail');
-    await panel.refresh();
-    expect(transport.getJob).toHaveBeenCalledWith('local', 'job-0002');
-    expect(transport.getEvents).toHaveBeenLastCalledWith('local', 'job-0002', 1);
-    expect(panel.node.querySelector('.jp-CleverThis-LogView-text')!.textContent).toBe('log text');
-
-    (panel.node.querySelector('.jp-CleverThis-back') as HTMLElement).click();
-    expect(panel.view).toBe('list');
+    expect(onOpenJob).toHaveBeenCalledWith('local', 'job-0002');
+    expect(panel.table.selectedName).toBe('job-0002');
+    expect(panel.node.querySelector('.jp-CleverThis-JobDetail')).toBeNull(); // the sidebar keeps the list
     panel.dispose();
   });
 
@@ -169,56 +155,6 @@ describe('TrainingPanel', () => {
     const anonymous = new TrainingPanel({ transport });
     expect((anonymous.node.querySelector('.jp-CleverThis-mine') as HTMLElement).style.display).toBe('none');
     anonymous.dispose();
-  });
-
-  it('keeps a refused cancel\'s reason on screen across refreshes', async () => {
-    const transport = fakeTransport();
-    transport.getJob.mockResolvedValue(makeDetail({ status: 'running' }));
-    transport.cancelJob.mockRejectedValue(new Error("job 'job-0001' belongs to alice"));
-    const panel = new TrainingPanel({ transport, defaultCluster: 'local' });
-    Widget.attach(panel, document.body);
-    await panel.refresh();
-    (panel.node.querySelector('.jp-CleverThis-JobTable-row') as HTMLElement).click();
-    await panel.refresh();
-    (panel.node.querySelector('.jp-CleverThis-JobDetail-cancel') as HTMLButtonElement).click();
-    await vi.waitFor(() => expect(transport.cancelJob).toHaveBeenCalled());
-    await panel.refresh();
-    await panel.refresh();
-    const bar = panel.node.querySelector('.jp-CleverThis-errorBar') as HTMLElement;
-    expect(bar.style.display).toBe('');
-    expect(bar.textContent).toContain('belongs to alice');
-    panel.dispose();
-  });
-
-  it('opens the job\'s TensorBoard in a new tab, and says why when it cannot', async () => {
-    const transport = fakeTransport();
-    const tracking = makeTracking({ tensorboard: { log_dir: '/ckpt/runs/job-0001', viewer: true } });
-    transport.getJob.mockResolvedValue(makeDetail({ status: 'running', tracking }));
-    transport.openTensorBoard = vi.fn().mockResolvedValue({ url: '/user/a/cleverthis/tensorboard/abc/', log_dir: '/ckpt/runs', run: 'job-0001' });
-    const tab = { opener: {}, location: { href: '' }, close: vi.fn() };
-    const open = vi.spyOn(window, 'open').mockReturnValue(tab as unknown as Window);
-    const [panel, button] = await tensorBoardButton(transport);
-    expect(button.style.display).toBe('');
-    button.click();
-    await vi.waitFor(() => expect(tab.location.href).toBe('/user/a/cleverthis/tensorboard/abc/'));
-    expect(transport.openTensorBoard).toHaveBeenCalledWith('local', 'tiny-ft');
-    expect(tab.opener).toBeNull();
-    (transport.openTensorBoard as Mock).mockRejectedValue(new Error('TensorBoard is not installed on this Jupyter server'));
-    button.click();
-    await vi.waitFor(() => expect(tab.close).toHaveBeenCalled());
-    const bar = panel.node.querySelector('.jp-CleverThis-errorBar') as HTMLElement;
-    expect(bar.textContent).toContain('Cannot open TensorBoard for tiny-ft: TensorBoard is not installed');
-    open.mockRestore();
-    panel.dispose();
-  });
-
-  it('offers no TensorBoard where the server cannot show the folder', async () => {
-    const transport = fakeTransport();
-    transport.getJob.mockResolvedValue(makeDetail({ tracking: makeTracking({ tensorboard: { log_dir: 's3://b/runs/j', viewer: false } }) }));
-    transport.openTensorBoard = vi.fn();
-    const [panel, button] = await tensorBoardButton(transport);
-    expect(button.style.display).toBe('none');
-    panel.dispose();
   });
 
   it('applies the refresh interval setting', () => {

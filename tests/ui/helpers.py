@@ -96,3 +96,13 @@ def assert_no_console_errors(errors: list[str], *allowed: str) -> None:
     """No uncaught exception or console error in the page, except those matching the `allowed` regexes."""
     unexpected = [e for e in errors if not any(re.search(a, e) for a in allowed)]
     assert not unexpected, "errors in the browser console:\n" + "\n".join(unexpected)
+
+
+def job_tab(page: Page, name: str, cluster: str = "local") -> Locator:
+    """A job's main-area tab (js/src/jobTab.ts: id jp-CleverThis-job-<cluster>-<name> for plain names)."""
+    return page.locator(f'[id="jp-CleverThis-job-{cluster}-{name}"]')
+
+
+def tab_badge(tab: Locator) -> Locator:
+    """The status badge in a job tab's header."""
+    return tab.locator(".jp-CleverThis-JobDetail-header .jp-CleverThis-badge")

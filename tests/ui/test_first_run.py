@@ -20,7 +20,16 @@ pytest.importorskip("playwright.sync_api", reason="playwright is missing (pip in
 from playwright.sync_api import Browser, Locator, Page, expect  # noqa: E402
 
 from .conftest import ARTIFACTS, Lab, open_lab_page, run_lab  # noqa: E402
-from .helpers import JOB_DONE_S, assert_no_console_errors, field, fill_fields, open_training_panel, unique  # noqa: E402
+from .helpers import (  # noqa: E402
+    JOB_DONE_S,
+    assert_no_console_errors,
+    field,
+    fill_fields,
+    job_tab,
+    open_training_panel,
+    tab_badge,
+    unique,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -124,14 +133,15 @@ def test_first_run_from_a_stopped_cluster(fresh_page: Page, shots, console_error
                          "batch_size": 8, "workers": 1})
     dialog.locator(".jp-Dialog-footer").get_by_role("button", name="Create").click()
     expect(dialog).to_be_hidden(timeout=PREFLIGHT_MS)
-    expect(panel.locator(".jp-CleverThis-JobDetail-name")).to_have_text(first)
+    first_tab = job_tab(page, first)
+    expect(first_tab.locator(".jp-CleverThis-JobDetail-name")).to_have_text(first)
     shots("first-job")
     done = toast(page, f"Training job \u201c{first}\u201d succeeded.")
     expect(done).to_be_visible(timeout=JOB_DONE_S * 1000)
     shots("first-job-notified")
 
     # Create from this job: the form holds its spec under a new name; the copy runs (and is cancelled at once).
-    panel.locator(".jp-CleverThis-JobDetail-clone").click()
+    first_tab.locator(".jp-CleverThis-JobDetail-clone").click()
     dialog = page.locator(".jp-CleverThis-CreateJobDialog")
     expect(dialog.locator(".jp-CleverThis-SchemaForm")).to_be_visible()
     copy = f"{first}-2"
@@ -146,10 +156,11 @@ def test_first_run_from_a_stopped_cluster(fresh_page: Page, shots, console_error
     fill_fields(dialog, {"output_dir": tmp_path / "copy-checkpoints"})
     dialog.locator(".jp-Dialog-footer").get_by_role("button", name="Create").click()
     expect(dialog).to_be_hidden(timeout=PREFLIGHT_MS)
-    expect(panel.locator(".jp-CleverThis-JobDetail-name")).to_have_text(copy)
+    copy_tab = job_tab(page, copy)
+    expect(copy_tab.locator(".jp-CleverThis-JobDetail-name")).to_have_text(copy)
 
     # Export: the copy's spec as YAML that %%train reads.
-    panel.locator(".jp-CleverThis-JobDetail-export").click()
+    copy_tab.locator(".jp-CleverThis-JobDetail-export").click()
     yaml_box = page.locator(".jp-Dialog .jp-CleverThis-exportYaml")
     expect(yaml_box).to_contain_text(f"name: {copy}")
     import yaml
@@ -159,7 +170,7 @@ def test_first_run_from_a_stopped_cluster(fresh_page: Page, shots, console_error
     shots("export")
     page.locator(".jp-Dialog").get_by_role("button", name="Close").click()
 
-    panel.locator(".jp-CleverThis-JobDetail-cancel").click()
+    copy_tab.locator(".jp-CleverThis-JobDetail-cancel").click()
     page.get_by_role("button", name="Cancel job").click()
     expect(toast(page, f"Training job \u201c{copy}\u201d was cancelled.")).to_be_visible(timeout=120_000)
 
@@ -175,15 +186,15 @@ def test_first_run_from_a_stopped_cluster(fresh_page: Page, shots, console_error
     expect(panel).to_be_hidden()
     shots("notebook-job-notified")
     nb_done.get_by_role("button", name="Open").click()
-    expect(panel).to_be_visible()
-    expect(panel.locator(".jp-CleverThis-JobDetail-name")).to_have_text(from_nb)
-    expect(panel.locator(".jp-CleverThis-JobDetail-header .jp-CleverThis-badge")).to_have_text("succeeded")
+    nb_tab = job_tab(page, from_nb)
+    expect(nb_tab.locator(".jp-CleverThis-JobDetail-name")).to_have_text(from_nb)
+    expect(tab_badge(nb_tab)).to_have_text("succeeded")
     shots("notebook-job-opened")
 
     assert_no_console_errors(console_errors)
 
     # Stop: confirmed, then the panel is back to its first words.
-    panel.locator(".jp-CleverThis-back").click()
+    panel = open_training_panel(page)
     panel.locator(".jp-CleverThis-clusterAction").click()
     page.get_by_role("button", name="Stop cluster").click()
     expect(empty).to_contain_text("The cluster \u201clocal\u201d is stopped.", timeout=120_000)

@@ -23,8 +23,8 @@ from playwright.sync_api import Browser, Page, expect  # noqa: E402
 from jupyter_cleverthis.service.clusters import free_port  # noqa: E402
 
 from .conftest import ARTIFACTS  # noqa: E402
-from .helpers import JOB_DONE_S, open_training_panel, unique, wait_http  # noqa: E402
-from .test_sidebar import BADGE, create_job, detail_badge, job_row  # noqa: E402
+from .helpers import JOB_DONE_S, job_tab, open_training_panel, tab_badge, unique, wait_http  # noqa: E402
+from .test_sidebar import BADGE, create_job, job_row  # noqa: E402
 
 pytestmark = pytest.mark.integration
 VENV_BIN = Path(sys.executable).parent
@@ -129,7 +129,8 @@ def test_two_users_share_the_cluster_and_own_their_jobs(browser, hub, ray_cluste
         name = unique("hub-alice")
         create_job(alice, panel_a, {"name": name, "base_model": tiny_model, "dataset_path": dataset, "epochs": 300,
                                     "batch_size": 4, "workers": 1})
-        expect(detail_badge(panel_a)).to_have_text("running", timeout=JOB_DONE_S * 1000)
+        tab_a = job_tab(alice, name)
+        expect(tab_badge(tab_a)).to_have_text("running", timeout=JOB_DONE_S * 1000)
         alice.screenshot(path=str(ARTIFACTS / "hub-01-alice-running.png"))
 
         bob = _login(browser, hub, "bob", seen)
@@ -143,19 +144,19 @@ def test_two_users_share_the_cluster_and_own_their_jobs(browser, hub, ray_cluste
             expect(row).to_be_hidden()  # not bob's
             mine.uncheck()
             row.click()
-            panel_b.locator(".jp-CleverThis-JobDetail-cancel").click()
+            tab_b = job_tab(bob, name)
+            tab_b.locator(".jp-CleverThis-JobDetail-cancel").click()
             bob.get_by_role("button", name="Cancel job").click()
-            bar = panel_b.locator(".jp-CleverThis-errorBar")
+            bar = tab_b.locator(".jp-CleverThis-errorBar")
             expect(bar).to_contain_text(f"job '{name}' belongs to alice: only alice (or an admin")
-            expect(detail_badge(panel_b)).to_have_text("running")
+            expect(tab_badge(tab_b)).to_have_text("running")
             bob.screenshot(path=str(ARTIFACTS / "hub-02-bob-refused.png"))
         finally:
             bob.context.close()
 
-        panel_a.locator(".jp-CleverThis-JobDetail-cancel").click()
+        tab_a.locator(".jp-CleverThis-JobDetail-cancel").click()
         alice.get_by_role("button", name="Cancel job").click()
-        expect(detail_badge(panel_a)).to_have_text("cancelled", timeout=120_000)
-        panel_a.locator(".jp-CleverThis-back").click()
+        expect(tab_badge(tab_a)).to_have_text("cancelled", timeout=120_000)
         expect(job_row(panel_a, name).locator(BADGE)).to_have_text("cancelled")
         alice.screenshot(path=str(ARTIFACTS / "hub-03-alice-cancelled.png"))
     finally:

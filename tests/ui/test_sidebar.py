@@ -15,9 +15,11 @@ from .helpers import (  # noqa: E402
     assert_no_console_errors,
     field,
     fill_fields,
+    job_tab,
     open_training_panel,
     plot_points,
     set_theme,
+    tab_badge,
     unique,
 )
 
@@ -43,10 +45,6 @@ def create_job(page: Page, panel: Locator, values: dict[str, object]) -> None:
 
 def job_row(panel: Locator, name: str) -> Locator:
     return panel.locator(f'.jp-CleverThis-JobTable-row[data-name="{name}"]')
-
-
-def detail_badge(panel: Locator) -> Locator:
-    return panel.locator(f".jp-CleverThis-JobDetail-header {BADGE}")
 
 
 def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_errors, tiny_model, dataset) -> None:
@@ -106,21 +104,21 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
     dialog.locator(".jp-Dialog-footer").get_by_role("button", name="Cancel").click()
     expect(dialog).to_be_hidden()
 
-    # A short job: row appears, reaches succeeded; its detail has logs, loss points and checkpoints.
+    # A short job: it opens in a main-area tab, its row appears in the sidebar and reaches succeeded; the tab has
+    # logs, loss points and checkpoints.
     short = unique("ui-short")
     create_job(page, panel, {"name": short, "base_model": tiny_model, "dataset_path": dataset, "epochs": 2,
                              "batch_size": 8, "workers": 1})
-    expect(panel.locator(".jp-CleverThis-JobDetail-name")).to_be_visible()  # the panel shows the new job
-    expect(panel.locator(".jp-CleverThis-JobDetail-name")).to_have_text(short)
-    panel.locator(".jp-CleverThis-back").click()
+    tab = job_tab(page, short)
+    expect(tab.locator(".jp-CleverThis-JobDetail-name")).to_have_text(short)  # the main area shows the new job
+    expect(panel.locator(".jp-CleverThis-JobDetail")).to_have_count(0)  # the sidebar keeps the list
     row = job_row(panel, short)
     expect(row).to_be_visible()
     shots("short-job-row")
     expect(row.locator(BADGE)).to_have_text("succeeded", timeout=JOB_DONE_S * 1000)
     shots("short-job-succeeded")
-    row.click()
-    detail = panel.locator(".jp-CleverThis-JobDetail")
-    expect(detail_badge(panel)).to_have_text("succeeded")
+    detail = tab.locator(".jp-CleverThis-JobDetail")
+    expect(tab_badge(tab)).to_have_text("succeeded")
     expect(detail.locator(".jp-CleverThis-JobDetail-checkpointList li")).to_have_count(2)
     expect(detail.locator(".jp-CleverThis-JobDetail-checkpointList")).to_contain_text("epoch-1")
     expect(detail.locator(".jp-CleverThis-JobDetail-checkpointList")).to_contain_text("epoch-2")
@@ -135,26 +133,51 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
     steps = plot_points(plot)  # one point per step the job reported
     # Drawn, not just passed to plotly (plotly drops nearly collinear vertices, so not one per point).
     assert plot.locator(".scatterlayer .trace path.js-line").get_attribute("d").count("L") >= steps // 2
+    # a curve one can read: the main area's width, not the sidebar's
+    assert (plot.bounding_box() or {"width": 0})["width"] > 600
     detail.locator('section[data-section="checkpoints"]').scroll_into_view_if_needed()
     shots("short-job-detail")
 
-    # A long job: wait until running, cancel from its detail, see cancelled.
+    # A long job: a second tab beside the first; wait until running, cancel from its tab, see cancelled.
     long = unique("ui-long")  # its own checkpoint folder: the data's checkpoints/ belongs to the short job
     create_job(page, panel, {"name": long, "base_model": tiny_model, "dataset_path": dataset, "epochs": 50,
                              "batch_size": 4, "workers": 1, "output_dir": dataset.parent / "long-checkpoints"})
-    expect(panel.locator(".jp-CleverThis-JobDetail-name")).to_be_visible()
-    expect(panel.locator(".jp-CleverThis-JobDetail-name")).to_have_text(long)
-    expect(detail_badge(panel)).to_have_text("running", timeout=JOB_DONE_S * 1000)
+    long_tab = job_tab(page, long)
+    expect(long_tab.locator(".jp-CleverThis-JobDetail-name")).to_have_text(long)
+    expect(tab_badge(long_tab)).to_have_text("running", timeout=JOB_DONE_S * 1000)
     shots("long-job-running")
-    panel.locator(".jp-CleverThis-JobDetail-cancel").click()
+    long_tab.locator(".jp-CleverThis-JobDetail-cancel").click()
     page.get_by_role("button", name="Cancel job").click()  # JupyterLab's confirmation dialog
-    expect(detail_badge(panel)).to_have_text("cancelled", timeout=120_000)
-    expect(panel.locator(".jp-CleverThis-JobDetail-cancel")).to_be_disabled()
+    expect(tab_badge(long_tab)).to_have_text("cancelled", timeout=120_000)
+    expect(long_tab.locator(".jp-CleverThis-JobDetail-cancel")).to_be_disabled()
     shots("long-job-cancelled")
 
+    # Both tabs survive a reload: JupyterLab's layout restorer opens them again.
+    main_tabs = page.locator("#jp-main-dock-panel .lm-TabBar-tab .lm-TabBar-tabLabel")
+    expect(main_tabs.filter(has_text=short)).to_have_count(1)
+    expect(main_tabs.filter(has_text=long)).to_have_count(1)
+    # the workspace is saved shortly after a layout change: wait until it holds both tabs
+    page.wait_for_function(
+        """async names => {
+            const s = window.jupyterapp.serviceManager.serverSettings;
+            const r = await fetch(s.baseUrl + 'lab/api/workspaces/default', {credentials: 'same-origin'});
+            const text = await r.text();
+            return names.every(n => text.includes('cleverthis-job:local/' + n));
+        }""", arg=[short, long], timeout=30_000)
+    page.reload()
+    page.wait_for_function("() => window.jupyterapp !== undefined", timeout=90_000)
+    page.evaluate("() => window.jupyterapp.started.then(() => window.jupyterapp.restored).then(() => true)")
+    expect(main_tabs.filter(has_text=short)).to_have_count(1)
+    expect(main_tabs.filter(has_text=long)).to_have_count(1)
+    expect(tab_badge(job_tab(page, long))).to_have_text("cancelled")
+    shots("tabs-restored")
+    panel = open_training_panel(page)
+
     # A quick look in the dark theme: the panel and the loss curve follow it.
-    panel.locator(".jp-CleverThis-back").click()
-    job_row(panel, short).click()
+    job_row(panel, short).click()  # back to the short job's tab
+    tab = job_tab(page, short)
+    expect(tab).to_be_visible()
+    plot = tab.locator(".jp-CleverThis-LossCurve-plot")
     expect(plot.locator(".scatterlayer .trace")).to_have_count(1)
     light_font = plot.locator(".xtick text").first.evaluate("el => getComputedStyle(el).fill")
     try:
@@ -168,9 +191,8 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
         assert _luminance(bg) < 0.3, f"panel background {bg} is not dark"
         dark_font = plot.locator(".xtick text").first.evaluate("el => getComputedStyle(el).fill")
         assert _luminance(dark_font) > 0.6, f"loss curve text {dark_font} is not light on the dark theme"
-        shots("dark-theme-detail")
-        panel.locator(".jp-CleverThis-back").click()
-        shots("dark-theme-list")
+        page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=60_000)  # the theme's splash
+        shots("dark-theme")
     finally:
         set_theme(page, "JupyterLab Light")
     # The one expected error: the 422 answer to the spec with the missing dataset.

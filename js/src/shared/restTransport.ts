@@ -22,7 +22,7 @@ import {
   ISpecExport,
   ITensorBoard
 } from './model';
-import { IJobQuery, ITransport, TransportError } from './transport';
+import { IJobQuery, ILogTailHandlers, ITransport, TransportError } from './transport';
 
 /** Path of the API under the server's base URL. */
 export const API_PATH = 'cleverthis/api';
@@ -62,6 +62,42 @@ export class RestTransport implements ITransport {
 
   clusterAction(cluster: string, action: 'up' | 'down'): Promise<IClusterState> {
     return this._request<IClusterState>('POST', ['clusters', cluster, action], {});
+  }
+
+  /** The server's websocket tail of a job's log (`.../logs/tail`), with the session's token where it uses one. */
+  tailLogs(cluster: string, name: string, handlers: ILogTailHandlers): { close(): void } {
+    const settings = this.serverSettings;
+    let url = URLExt.join(settings.wsUrl, API_PATH, ...['clusters', cluster, 'jobs', name, 'logs', 'tail'].map(encodeURIComponent));
+    if (settings.appendToken && settings.token) {
+      url += URLExt.objectToQueryString({ token: settings.token });
+    }
+    let closed = false;
+    const done = () => {
+      if (!closed) {
+        closed = true;
+        handlers.onClose();
+      }
+    };
+    let socket: WebSocket;
+    try {
+      socket = new settings.WebSocket(url);
+    } catch {
+      queueMicrotask(done);
+      return { close: () => undefined };
+    }
+    socket.onmessage = event => {
+      if (typeof event.data === 'string') {
+        handlers.onText(event.data);
+      }
+    };
+    socket.onclose = done;
+    socket.onerror = done;
+    return {
+      close: () => {
+        closed = true;
+        socket.close();
+      }
+    };
   }
 
   getSpec(cluster: string, name: string): Promise<ISpecExport> {

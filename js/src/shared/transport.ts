@@ -23,6 +23,12 @@ export interface IJobQuery {
   owner?: string;
 }
 
+/** Callbacks of {@link ITransport.tailLogs}. */
+export interface ILogTailHandlers {
+  onText(chunk: string): void;
+  onClose(): void;
+}
+
 /** Everything the views need from the server. */
 export interface ITransport {
   listClusters(): Promise<IClusterInfo[]>;
@@ -42,6 +48,11 @@ export interface ITransport {
   clusterAction?(cluster: string, action: 'up' | 'down'): Promise<IClusterState>;
   /** The spec a job was submitted with, and the same as YAML (`%%train` reads it); absent where unknown. */
   getSpec?(cluster: string, name: string): Promise<ISpecExport>;
+  /**
+   * Follow a job's log: `onText` gets the whole log so far, then each addition; `onClose` once the tail ends
+   * (the job ended, or no tail could be opened). Absent where the transport has no live tail.
+   */
+  tailLogs?(cluster: string, name: string, handlers: ILogTailHandlers): { close(): void };
   /** Who the server says is asking (the owner of the jobs they create), once the clusters were listed. */
   readonly user?: string | null;
   /** Start (or find) the TensorBoard of the job's checkpoint folder; absent where it cannot be shown. */

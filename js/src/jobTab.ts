@@ -1,0 +1,199 @@
+/**
+ * One job in a main-area tab (the way jupyter-scheduler opens its job pages): the status header with its actions,
+ * the curve at a readable size, the live log, checkpoints, plan and utilisation. Its own poll follows the job
+ * until it has ended; the log comes over the server's websocket tail where the transport has one (the whole log
+ * once, then each new line), else from one fetch per refresh.
+ */
+import { Poll } from '@lumino/polling';
+import { Message } from '@lumino/messaging';
+import { Widget } from '@lumino/widgets';
+
+import { trainingIcon } from './icon';
+import { PanelActions } from './panelActions';
+import { CSS_PREFIX, IJobDetail, ITransport, JobDetailView, errorMessage, h, isActive } from './shared';
+
+/** Characters of log a tab keeps (the log view shows the last 200,000). */
+const MAX_LOG_CHARS = 400_000;
+
+/** Options of {@link JobTab}. */
+export interface IJobTabOptions {
+  transport: ITransport;
+  cluster: string;
+  name: string;
+  /** Seconds between refreshes while the job runs (default 3). */
+  refreshInterval?: number;
+  /** Asks the user to confirm a cancellation; no confirmation when omitted. */
+  confirmCancel?: (job: IJobDetail) => Promise<boolean>;
+  /** Open another job (a resume's new job) in its own tab. */
+  openJob?: (cluster: string, name: string) => void;
+  /** "Create from this job"; hidden when omitted. */
+  onClone?: (job: IJobDetail) => void;
+  /** "Export"; hidden when omitted. */
+  onExport?: (job: IJobDetail) => void;
+}
+
+export class JobTab extends Widget {
+  constructor(options: IJobTabOptions) {
+    super();
+    this.cluster = options.cluster;
+    this.name = options.name;
+    this.transport = options.transport;
+    this.id = JobTab.idOf(options.cluster, options.name);
+    this.addClass(`${CSS_PREFIX}-JobTab`);
+    this.title.label = options.name;
+    this.title.caption = `Training job ${options.name} on ${options.cluster}`;
+    this.title.icon = trainingIcon;
+    this.title.closable = true;
+
+    this._error = h('div', { class: `${CSS_PREFIX}-errorBar`, role: 'alert' });
+    this._error.style.display = 'none';
+    this._actions = new PanelActions({
+      transport: this.transport,
+      cluster: () => this.cluster,
+      jobName: () => this.name,
+      confirmCancel: options.confirmCancel,
+      showActionError: message => this._showError(message),
+      showJob: name => options.openJob?.(this.cluster, name),
+      setDetail: job => this.detail.setJob(job),
+      refresh: () => this.refresh()
+    });
+    this.detail = new JobDetailView({
+      onCancel: job => this._actions.cancel(job),
+      onResume: (job, checkpoint) => this._actions.resume(job, checkpoint),
+      onOpenTensorBoard: this.transport.openTensorBoard ? job => this._actions.openTensorBoard(job) : undefined,
+      onClone: options.onClone,
+      onExport: options.onExport,
+      lossCurve: { height: 360 } // the main area's width: a curve one can read
+    });
+    this.node.append(this._error, this.detail.node);
+    this._poll = new Poll({
+      auto: false,
+      factory: () => this._refreshOnce(),
+      frequency: { interval: Math.max(500, (options.refreshInterval ?? 3) * 1000), backoff: true, max: 60_000 },
+      name: `jupyter-cleverthis:job:${options.name}`,
+      // an ended job whose last events have been read changes no more
+      standby: () => (this._ended ? true : 'when-hidden')
+    });
+  }
+
+  /** The tab id of a job (one tab per job). */
+  static idOf(cluster: string, name: string): string {
+    return `jp-CleverThis-job-${encodeURIComponent(cluster)}-${encodeURIComponent(name)}`.replace(/%/g, '_');
+  }
+
+  readonly cluster: string;
+  readonly name: string;
+  readonly transport: ITransport;
+  readonly detail: JobDetailView;
+
+  /** Cancel the job (after the confirmation), as its Cancel button does. */
+  cancel(): Promise<void> {
+    return this.detail.job ? this._actions.cancel(this.detail.job) : Promise.resolve();
+  }
+
+  /** Resume the job from its latest checkpoint, as its Resume button does. */
+  resume(): Promise<void> {
+    return this.detail.job ? this._actions.resume(this.detail.job) : Promise.resolve();
+  }
+
+  /** Refresh now (also after the job ended); resolves once done. */
+  async refresh(): Promise<void> {
+    this._ended = false;
+    try {
+      await this._refreshOnce();
+    } catch {
+      // shown in the error bar
+    }
+  }
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this._poll.dispose();
+    this._closeTail();
+    this.detail.dispose();
+    super.dispose();
+  }
+
+  protected onAfterAttach(msg: Message): void {
+    super.onAfterAttach(msg);
+    void this._poll.start();
+    this._openTail();
+  }
+
+  protected onResize(msg: Widget.ResizeMessage): void {
+    super.onResize(msg);
+    this.detail.lossCurve?.resize();
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    this.detail.lossCurve?.resize();
+  }
+
+  private async _refreshOnce(): Promise<void> {
+    try {
+      const [job, events] = await Promise.all([
+        this.transport.getJob(this.cluster, this.name),
+        this.transport.getEvents(this.cluster, this.name, this._eventsNext)
+      ]);
+      this.detail.setJob(job);
+      this._eventsNext = events.next;
+      await this.detail.addEvents(events.events);
+      if (!this._tail) {
+        this.detail.setLogs(await this.transport.getLogs(this.cluster, this.name).catch(() => ''));
+      }
+      // ended, and this round's events were read after it ended: nothing more will come
+      this._ended = !isActive(job.status) && events.events.length === 0;
+      this._showError(null, true);
+    } catch (err) {
+      this._showError(errorMessage(err), true);
+      throw err;
+    }
+  }
+
+  /** Follow the log over the websocket tail, where the transport has one. */
+  private _openTail(): void {
+    if (this._tail || !this.transport.tailLogs) {
+      return;
+    }
+    let text = '';
+    this._tail = this.transport.tailLogs(this.cluster, this.name, {
+      onText: chunk => {
+        text += chunk;
+        if (text.length > MAX_LOG_CHARS * 2) {
+          text = text.slice(text.length - MAX_LOG_CHARS); // the view shows the end; keep memory bounded
+        }
+        this.detail.setLogs(text);
+      },
+      onClose: () => {
+        if (!text) {
+          this._tail = null; // no tail here: the refresh fetches the log instead
+        }
+      }
+    });
+  }
+
+  private _closeTail(): void {
+    this._tail?.close();
+    this._tail = null;
+  }
+
+  private _showError(message: string | null, fromRefresh = false): void {
+    if (fromRefresh && message === null && !this._errorFromRefresh) {
+      return;
+    }
+    this._errorFromRefresh = fromRefresh;
+    this._error.textContent = message ?? '';
+    this._error.style.display = message ? '' : 'none';
+  }
+
+  private readonly _poll: Poll;
+  private readonly _actions: PanelActions;
+  private readonly _error: HTMLDivElement;
+  private _errorFromRefresh = false;
+  private _eventsNext = 0;
+  private _ended = false;
+  private _tail: { close(): void } | null = null;
+}
