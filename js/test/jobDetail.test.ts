@@ -31,6 +31,27 @@ describe('JobDetailView', () => {
     expect((view.node.querySelector('.jp-CleverThis-JobDetail-error') as HTMLElement).style.display).toBe('none');
   });
 
+  it("shows each worker's latest utilisation, GPU figures only where a GPU reported them", () => {
+    const view = new JobDetailView();
+    const section = view.node.querySelector('section[data-section="utilisation"]') as HTMLElement;
+    view.setJob(makeDetail());
+    expect(section.style.display).toBe('none'); // nothing reported yet
+    const base = { src: null, seq: 1, t: 1, type: 'utilisation' as const, pid: 1, epoch: 1, gpu_index: null,
+      gpu_util_percent: null, gpu_memory_allocated_bytes: null, gpu_memory_used_bytes: null,
+      gpu_memory_total_bytes: null, gpu_error: null };
+    view.setJob(makeDetail({ utilisation: [
+      { ...base, rank: 1, hostname: 'node-b', step: 12, cpu_percent: 97.4, rss_bytes: 2 * 1024 ** 3, gpu_index: 0,
+        gpu_util_percent: 81, gpu_memory_used_bytes: 6 * 1024 ** 3, gpu_memory_total_bytes: 80 * 1024 ** 3 },
+      { ...base, rank: 0, hostname: 'node-a', step: 12, cpu_percent: 99.6, rss_bytes: 1.5 * 1024 ** 3 }
+    ] }));
+    expect(section.style.display).toBe('');
+    const rows = [...section.querySelectorAll('tr')].map(r => r.textContent);
+    expect(rows).toEqual([
+      'rank 0 (node-a)CPU 100 % \u00b7 memory 1.5 GB \u00b7 at step 12',
+      'rank 1 (node-b)CPU 97 % \u00b7 memory 2.0 GB \u00b7 GPU 81 % \u00b7 GPU memory 6.0 GB of 80.0 GB \u00b7 at step 12'
+    ]);
+  });
+
   it('offers "Create from this job" and "Export" only where the host handles them', () => {
     const onClone = vi.fn();
     const onExport = vi.fn();

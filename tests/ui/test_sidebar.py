@@ -122,6 +122,9 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
     expect(detail.locator(".jp-CleverThis-JobDetail-checkpointList li")).to_have_count(2)
     expect(detail.locator(".jp-CleverThis-JobDetail-checkpointList")).to_contain_text("epoch-1")
     expect(detail.locator(".jp-CleverThis-JobDetail-checkpointList")).to_contain_text("epoch-2")
+    # each worker's latest resource use (every worker reports one at each epoch's end)
+    expect(detail.locator('section[data-section="utilisation"] tr')).to_have_count(1)
+    expect(detail.locator('section[data-section="utilisation"] tr')).to_contain_text(re.compile(r"rank 0 .*CPU \d+ %"))
     logs = detail.locator(".jp-CleverThis-LogView-text")
     expect(logs).not_to_have_class(re.compile("jp-mod-empty"))
     assert len(logs.inner_text().splitlines()) > 5

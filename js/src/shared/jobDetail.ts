@@ -17,7 +17,8 @@ import {
   servingRows,
   summaryRows,
   trackingOf,
-  trackingRows
+  trackingRows,
+  utilisationRows
 } from './jobDetailSections';
 import { LogView } from './logView';
 import { ILossCurveOptions, LossCurve } from './lossCurve';
@@ -97,9 +98,11 @@ export class JobDetailView {
     this._serving = kvTable('serving');
     this._tracking = kvTable('tracking');
     this._plan = kvTable('plan');
+    this._utilisation = kvTable('utilisation');
     this._config = kvTable('config');
     this._logLink = h('a', { class: `${VIEW_CLASS}-logLink`, target: '_blank', rel: 'noopener' });
 
+    this._utilisationSection = section('Utilisation', this._utilisation);
     this.node = h('div', { class: VIEW_CLASS });
     this.lossCurve = (options.showLossCurve ?? true) ? new LossCurve(options.lossCurve) : null;
     this.logView = (options.showLogs ?? true) ? new LogView() : null;
@@ -145,6 +148,8 @@ export class JobDetailView {
     this._tensorBoard.style.display =
       this._onOpenTensorBoard && trackingOf(job).tensorboard?.viewer ? '' : 'none';
     fillTable(this._plan, planRows(job));
+    fillTable(this._utilisation, utilisationRows(job));
+    this._utilisationSection.style.display = (job.utilisation ?? []).length ? '' : 'none';
     fillTable(this._config, configRows(job));
 
     if (job.log_url) {
@@ -209,6 +214,7 @@ export class JobDetailView {
       section('Serving', this._serving),
       section('Tracking', this._tracking, this._tensorBoard),
       section('Plan', this._plan),
+      this._utilisationSection,
       section('Configuration', this._config)
     );
     if (this.logView) {
@@ -231,7 +237,8 @@ export class JobDetailView {
     for (const el of [this._queued, this._advice, this._traceback, this._curve]) {
       el.style.display = 'none';
     }
-    for (const table of [this._summary, this._progress, this._config, this._plan, this._serving, this._tracking]) {
+    this._utilisationSection.style.display = 'none';
+    for (const table of [this._summary, this._progress, this._config, this._plan, this._utilisation, this._serving, this._tracking]) {
       table.replaceChildren();
     }
     this._checkpoints.replaceChildren();
@@ -326,6 +333,8 @@ export class JobDetailView {
   private readonly _traceback: HTMLDetailsElement;
   private readonly _tracebackText: HTMLPreElement;
   private readonly _plan: HTMLTableElement;
+  private readonly _utilisation: HTMLTableElement;
+  private readonly _utilisationSection: HTMLElement;
   private readonly _serving: HTMLTableElement;
   private readonly _tracking: HTMLTableElement;
   private readonly _onCancel?: (job: IJobDetail) => void | Promise<unknown>;

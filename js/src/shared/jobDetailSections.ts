@@ -90,6 +90,25 @@ export function planRows(job: IJobDetail): KeyValueRow[] {
     .map(key => [key, reasons[key] ?? (plan[key] === undefined || plan[key] === null ? null : String(plan[key]))] as KeyValueRow);
 }
 
+/** The Utilisation table: each worker's latest resource use ("rank 0 (host)": CPU, memory, GPU where present). */
+export function utilisationRows(job: IJobDetail): KeyValueRow[] {
+  const gb = (n: number | null | undefined) => (typeof n === 'number' ? `${(n / 1024 ** 3).toFixed(1)} GB` : null);
+  return [...(job.utilisation ?? [])]
+    .sort((a, b) => a.rank - b.rank)
+    .map(u => {
+      const parts = [
+        typeof u.cpu_percent === 'number' ? `CPU ${Math.round(u.cpu_percent)} %` : null,
+        u.rss_bytes ? `memory ${gb(u.rss_bytes)}` : null,
+        typeof u.gpu_util_percent === 'number' ? `GPU ${Math.round(u.gpu_util_percent)} %` : null,
+        u.gpu_memory_used_bytes
+          ? `GPU memory ${gb(u.gpu_memory_used_bytes)}${u.gpu_memory_total_bytes ? ` of ${gb(u.gpu_memory_total_bytes)}` : ''}`
+          : null,
+        typeof u.step === 'number' ? `at step ${u.step}` : null
+      ].filter(Boolean);
+      return [`rank ${u.rank}${u.hostname ? ` (${u.hostname})` : ''}`, parts.join(' \u00b7 ') || null] as KeyValueRow;
+    });
+}
+
 /** The Configuration table: the job's spec. */
 export function configRows(job: IJobDetail): KeyValueRow[] {
   return Object.entries(job.spec ?? {}).map(([key, value]) => [key, configValue(value)] as KeyValueRow);
