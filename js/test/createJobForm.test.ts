@@ -95,6 +95,7 @@ describe('CreateJobForm', () => {
     fill(form);
     expect(form.node.querySelector('summary')!.textContent).toBe('Advanced (training_config.json)');
     expect(form.advancedInput.placeholder).toContain('warmup_steps');
+    form.config.jsonMode = true; // the "JSON" toggle
     form.advancedInput.value = '{"learning_rate": 0.001, "warmup_steps": 5}';
     expect(form.readSpec().spec!.training_config).toEqual({ learning_rate: 0.001, warmup_steps: 5 });
     form.advancedInput.value = '{not json';
@@ -149,8 +150,10 @@ describe('CreateJobForm', () => {
       'Input should be less than or equal to 1000'
     );
     expect(
-      form.node.querySelector('[data-field="training_config"] .jp-CleverThis-fieldError')!.textContent
+      form.node.querySelector('[data-field="training_config"] [data-field="warmup_steps"] .jp-CleverThis-fieldError')!
+        .textContent
     ).toContain('must be >= 0');
+    expect((form.node.querySelector('details') as HTMLDetailsElement).open).toBe(true);
     // The inputs are usable again after the request.
     expect((form.form.input('epochs') as HTMLInputElement).disabled).toBe(false);
   });

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -68,6 +69,31 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
     dialog.get_by_role("tab", name="Fine-tuning").click()
     expect(dialog.get_by_role("tab", name="Fine-tuning")).to_have_attribute("aria-selected", "true")
     shots("create-dialog")
+
+    # The advanced options: training_config as grouped fields with choices, each where it applies, and JSON.
+    dialog.locator("summary", has_text="Advanced (training_config.json)").click()
+    advanced = dialog.locator(".jp-CleverThis-TrainingConfigForm")
+    expect(advanced.locator("fieldset legend")).to_have_text(
+        ["Method", "LoRA", "Precision, strategy and DeepSpeed", "Optimisation", "Data and validation",
+         "Tracking and runtime"])
+    method = field(advanced, "method").locator("select")
+    expect(method.locator("option")).to_have_text(["\u2014", "full", "lora", "qlora"])
+    expect(field(advanced, "lora_r")).to_be_visible()  # an automatic method picks LoRA for a fine-tune
+    expect(field(advanced, "quantization")).to_be_hidden()
+    method.select_option(label="qlora")
+    expect(field(advanced, "quantization")).to_be_visible()
+    method.select_option(label="full")
+    expect(field(advanced, "lora_r")).to_be_hidden()
+    expect(field(advanced, "quantization")).to_be_hidden()
+    method.select_option(label="\u2014")
+    field(advanced, "lora_r").locator("input").fill("8")
+    advanced.locator(".jp-CleverThis-jsonToggle").check()
+    tc_json = advanced.locator("textarea")
+    expect(tc_json).to_be_visible()
+    assert json.loads(tc_json.input_value()) == {"lora_r": 8}  # only what was set, not ~30 defaults
+    advanced.locator(".jp-CleverThis-jsonToggle").uncheck()
+    expect(field(advanced, "lora_r").locator("input")).to_have_value("8")
+    shots("create-dialog-advanced")
 
     # Invalid values: each error under its own field, and the dialog stays open.
     fill_fields(dialog, {"name": "bad/name", "epochs": 0})

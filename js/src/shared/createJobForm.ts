@@ -1,7 +1,8 @@
 /**
  * The Create Job form: "Training" / "Fine-tuning" tabs (setting `job_type`),
  * fields generated from the server's `job_spec` JSON Schema, and a
- * collapsible "Advanced (training_config.json)" JSON editor sent as the
+ * collapsible "Advanced (training_config.json)" section: the training_config
+ * schema as grouped fields, or as JSON (`trainingConfigForm.ts`), sent as the
  * spec's `training_config` object.  Plain DOM; hosted by the JupyterLab
  * dialog and reusable elsewhere.
  */
@@ -9,6 +10,7 @@ import { CSS_PREFIX, h } from './format';
 import { IFieldError, IJobDetail, IJobSpec, IJSONSchema, IPreflight, IPreviewRun, ISchemaBundle, JobType } from './model';
 import { describeFields } from './schemaFields';
 import { SchemaForm } from './schemaForm';
+import { TrainingConfigForm } from './trainingConfigForm';
 import { ITransport, TransportError, errorMessage } from './transport';
 
 /** The tabs of the form. */
@@ -69,34 +71,24 @@ export class CreateJobForm {
     }
     this._clusterLabel = h('div', { class: `${FORM_CLASS}-cluster` });
 
-    this._advancedInput = h('textarea', {
-      class: `jp-mod-styled ${CSS_PREFIX}-json`,
-      name: 'training_config',
-      rows: 8,
-      spellcheck: 'false',
-      'aria-label': 'training_config.json'
-    });
-    const tcDefault = Private.trainingConfigDefault(options.schema);
-    this._advancedInput.value =
-      options.values?.training_config !== undefined
-        ? JSON.stringify(options.values.training_config, null, 2)
-        : tcDefault
-          ? JSON.stringify(tcDefault, null, 2)
-          : '';
-    this._advancedInput.placeholder = Private.trainingConfigPlaceholder(options.schema);
-    this._advancedInput.addEventListener('input', () => this.form.setErrors([]));
+    const tcValues =
+      options.values?.training_config !== undefined && options.values?.training_config !== null
+        ? (options.values.training_config as Record<string, unknown>)
+        : Private.trainingConfigDefault(options.schema);
+    this.config = new TrainingConfigForm(options.schema.training_config ?? {}, { values: tcValues });
+    this.config.textarea.placeholder = Private.trainingConfigPlaceholder(options.schema);
+    this.config.node.addEventListener('input', () => this.config.setErrors([]));
     this._advanced = h(
       'details',
-      { class: `${CSS_PREFIX}-advanced ${CSS_PREFIX}-field` },
+      { class: `${CSS_PREFIX}-advanced ${CSS_PREFIX}-field`, 'data-field': 'training_config' },
       h('summary', null, 'Advanced (training_config.json)'),
       h(
         'div',
         { class: `${CSS_PREFIX}-fieldDescription` },
-        'Extra training configuration as a JSON object, sent as the spec\u2019s training_config.'
+        'Only what you set here is sent; the rest comes from the dataset\u2019s training_config.json and the automatic choices.'
       ),
-      this._advancedInput
+      this.config.node
     );
-    this.form.registerRow('training_config', this._advanced);
 
     this._planOut = h('div', { class: `${FORM_CLASS}-plan`, 'aria-live': 'polite' });
     this.node = h(
@@ -140,6 +132,7 @@ export class CreateJobForm {
     }
     this.node.dataset.jobType = value;
     this.form.filterJobType(value);
+    this.config.jobType = value;
   }
 
   /** The cluster the job goes to. */
@@ -151,9 +144,12 @@ export class CreateJobForm {
     this._clusterLabel.textContent = `Cluster: ${value || '(none selected)'}`;
   }
 
-  /** The Advanced JSON editor. */
+  /** The advanced options: training_config as grouped fields, or as JSON. */
+  readonly config: TrainingConfigForm;
+
+  /** The advanced options' JSON editor (shown with the "JSON" toggle). */
   get advancedInput(): HTMLTextAreaElement {
-    return this._advancedInput;
+    return this.config.textarea;
   }
 
   /** Validate and build the spec; shows errors under their fields. */
@@ -161,21 +157,10 @@ export class CreateJobForm {
     const { value, errors } = this.form.getValue();
     // The form's values, checked against the schema here and validated by the server (422 per field).
     const spec = { ...value, job_type: this._jobType, cluster: this._cluster } as IJobSpec;
-    const text = this._advancedInput.value.trim();
-    if (text) {
-      try {
-        const parsed: unknown = JSON.parse(text);
-        if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
-          errors.push({ field: 'training_config', message: 'Enter a JSON object ({...}).' });
-        } else if (Object.keys(parsed).length) {
-          spec.training_config = parsed as Record<string, unknown>;
-        }
-      } catch (err) {
-        errors.push({
-          field: 'training_config',
-          message: `Invalid JSON: ${err instanceof Error ? err.message : String(err)}`
-        });
-      }
+    const tc = this.config.read();
+    errors.push(...tc.errors);
+    if (tc.value) {
+      spec.training_config = tc.value;
     }
     this.showErrors(errors);
     return { spec: errors.length ? null : spec, errors };
@@ -183,8 +168,11 @@ export class CreateJobForm {
 
   /** Show field errors (and an optional form-level message). */
   showErrors(errors: readonly IFieldError[], message?: string): void {
-    this.form.setErrors(errors, message);
-    if (errors.some(e => this.form.matchField(e.field) === 'training_config')) {
+    const isConfig = (e: IFieldError) => /^(body\.|spec\.)?training_config(\.|$)/.test(e.field);
+    this.form.setErrors(errors.filter(e => !isConfig(e)), message);
+    const config = errors.filter(isConfig).map(e => ({ ...e, field: e.field.replace(/^(body|spec)\./, '') }));
+    this.config.setErrors(config);
+    if (config.length) {
       this._advanced.open = true;
     }
     const first = this.node.querySelector(`.${CSS_PREFIX}-fieldError`);
@@ -259,7 +247,6 @@ export class CreateJobForm {
   private readonly _tabs: HTMLDivElement;
   private readonly _clusterLabel: HTMLDivElement;
   private readonly _advanced: HTMLDetailsElement;
-  private readonly _advancedInput: HTMLTextAreaElement;
 }
 
 namespace Private {

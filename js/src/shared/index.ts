@@ -13,3 +13,4 @@ export * from './logView';
 export * from './schemaFields';
 export * from './schemaForm';
 export * from './createJobForm';
+export * from './trainingConfigForm';
