@@ -71,6 +71,7 @@ export class CreateJobDialog extends Widget {
 
   /** Attach the modal, load the schema and build the form. */
   async open(): Promise<IJobDetail | null> {
+    this._returnFocus = document.activeElement instanceof HTMLElement ? document.activeElement : null;
     Widget.attach(this, this._options.host ?? document.body);
     this._cancelButton.focus();
     try {
@@ -135,10 +136,34 @@ export class CreateJobDialog extends Widget {
     this.node.removeEventListener('keydown', this._onKeyDown);
     this._resolve(null);
     super.dispose();
+    // focus goes back where it was when the dialog opened (the Create Job button, say)
+    if (this._returnFocus?.isConnected) {
+      this._returnFocus.focus();
+    }
+  }
+
+  /** The dialog's focusable elements, in tab order (Tab and Shift+Tab cycle through them). */
+  focusables(): HTMLElement[] {
+    const selector = 'button, input, select, textarea, summary, a[href], [tabindex]:not([tabindex="-1"])';
+    return Array.from(this.node.querySelectorAll<HTMLElement>(selector)).filter(
+      el => !(el as HTMLButtonElement).disabled && el.tabIndex >= 0 && el.getClientRects().length > 0
+    );
   }
 
   private _onKeyDown = (event: KeyboardEvent): void => {
-    if (event.key === 'Escape') {
+    if (event.key === 'Tab') {
+      // a modal keeps the focus inside: past the last element comes the first, and back
+      const items = this.focusables();
+      const active = document.activeElement as HTMLElement | null;
+      const inside = !!active && items.includes(active);
+      if (items.length && event.shiftKey && (!inside || active === items[0])) {
+        event.preventDefault();
+        items[items.length - 1].focus();
+      } else if (items.length && !event.shiftKey && (!inside || active === items[items.length - 1])) {
+        event.preventDefault();
+        items[0].focus();
+      }
+    } else if (event.key === 'Escape') {
       event.preventDefault();
       event.stopPropagation();
       this.finish(null);
@@ -164,6 +189,7 @@ export class CreateJobDialog extends Widget {
     this._resolveFn = null;
     fn?.(value);
   }
+  private _returnFocus: HTMLElement | null = null;
   private readonly _options: ICreateJobDialogOptions;
   private readonly _body: HTMLDivElement;
   private readonly _submitButton: HTMLButtonElement;

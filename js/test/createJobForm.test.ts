@@ -83,6 +83,25 @@ describe('CreateJobForm', () => {
     expect(form.readSpec().spec).toMatchObject({ job_type: 'finetune', lora_rank: 8 });
   });
 
+  it('moves between the tabs with the arrow keys, Home and End', () => {
+    const form = new CreateJobForm({ schema: SCHEMA_BUNDLE, cluster: 'local', jobType: 'train' });
+    document.body.appendChild(form.node);
+    const tablist = form.node.querySelector('[role="tablist"]') as HTMLElement;
+    const key = (k: string) => tablist.dispatchEvent(new KeyboardEvent('keydown', { key: k, bubbles: true }));
+    key('ArrowRight');
+    expect(form.jobType).toBe('finetune');
+    expect(document.activeElement?.getAttribute('data-job-type')).toBe('finetune');
+    key('ArrowRight'); // wraps around
+    expect(form.jobType).toBe('train');
+    key('End');
+    expect(form.jobType).toBe('finetune');
+    key('Home');
+    expect(form.jobType).toBe('train');
+    key('ArrowLeft');
+    expect(form.jobType).toBe('finetune');
+    form.node.remove();
+  });
+
   it('never renders job_type, cluster or training_config as generated fields', () => {
     const form = new CreateJobForm({ schema: SCHEMA_BUNDLE, cluster: 'local' });
     expect(form.form.fields.map(f => f.name)).not.toContain('job_type');

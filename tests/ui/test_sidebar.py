@@ -69,6 +69,24 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
     dialog.get_by_role("tab", name="Fine-tuning").click()
     expect(dialog.get_by_role("tab", name="Fine-tuning")).to_have_attribute("aria-selected", "true")
     shots("create-dialog")
+    # The keyboard: arrows move between the tabs; Tab stays inside the modal; Escape gives the focus back.
+    dialog.get_by_role("tab", name="Fine-tuning").focus()
+    page.keyboard.press("ArrowLeft")
+    expect(dialog.get_by_role("tab", name="Training", exact=True)).to_be_focused()
+    expect(dialog.get_by_role("tab", name="Training", exact=True)).to_have_attribute("aria-selected", "true")
+    page.keyboard.press("ArrowRight")
+    expect(dialog.get_by_role("tab", name="Fine-tuning")).to_be_focused()
+    expect(dialog.get_by_role("tab", name="Fine-tuning")).to_have_attribute("aria-selected", "true")
+    create_button = dialog.locator(".jp-Dialog-footer").get_by_role("button", name="Create")
+    create_button.focus()
+    page.keyboard.press("Tab")  # past the last element: back to the first, still in the dialog
+    assert page.evaluate("() => !!document.activeElement.closest('.jp-CleverThis-CreateJobDialog')")
+    page.keyboard.press("Shift+Tab")
+    expect(create_button).to_be_focused()
+    page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden()
+    expect(panel.get_by_role("button", name="Create Job")).to_be_focused()
+    dialog = open_create_dialog(page, panel)
 
     # The advanced options: training_config as grouped fields with choices, each where it applies, and JSON.
     dialog.locator("summary", has_text="Advanced (training_config.json)").click()

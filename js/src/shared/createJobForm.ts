@@ -52,7 +52,7 @@ export class CreateJobForm {
       values: options.values
     });
 
-    this._tabs = h('div', { class: `${CSS_PREFIX}-tabs`, role: 'tablist' });
+    this._tabs = h('div', { class: `${CSS_PREFIX}-tabs`, role: 'tablist', 'aria-label': 'Job type' });
     for (const tab of JOB_TYPE_TABS) {
       const button = h(
         'button',
@@ -69,6 +69,26 @@ export class CreateJobForm {
       });
       this._tabs.appendChild(button);
     }
+    // the tabs' keyboard (WAI-ARIA tabs): arrows, Home and End move between them and select
+    this._tabs.addEventListener('keydown', event => {
+      const order = JOB_TYPE_TABS.map(t => t.jobType);
+      const i = order.indexOf(this._jobType);
+      const next =
+        event.key === 'ArrowRight' || event.key === 'ArrowDown'
+          ? order[(i + 1) % order.length]
+          : event.key === 'ArrowLeft' || event.key === 'ArrowUp'
+            ? order[(i - 1 + order.length) % order.length]
+            : event.key === 'Home'
+              ? order[0]
+              : event.key === 'End'
+                ? order[order.length - 1]
+                : null;
+      if (next) {
+        event.preventDefault();
+        this.jobType = next;
+        this._tabs.querySelector<HTMLElement>(`[data-job-type="${next}"]`)?.focus();
+      }
+    });
     this._clusterLabel = h('div', { class: `${FORM_CLASS}-cluster` });
 
     const tcValues =
