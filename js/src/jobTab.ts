@@ -10,7 +10,7 @@ import { Widget } from '@lumino/widgets';
 
 import { trainingIcon } from './icon';
 import { PanelActions } from './panelActions';
-import { CSS_PREFIX, IJobDetail, ITransport, JobDetailView, errorMessage, h, isActive } from './shared';
+import { CSS_PREFIX, CurveFollower, IJobDetail, ITransport, JobDetailView, errorMessage, h, isActive } from './shared';
 
 /** Characters of log a tab keeps (the log view shows the last 200,000). */
 const MAX_LOG_CHARS = 400_000;
@@ -66,6 +66,10 @@ export class JobTab extends Widget {
       lossCurve: { height: 360 } // the main area's width: a curve one can read
     });
     this.node.append(this._error, this.detail.node);
+    const getMetrics = this.transport.getMetrics?.bind(this.transport);
+    this._curve = getMetrics
+      ? new CurveFollower((maxPoints, afterStep) => getMetrics(this.cluster, this.name, { maxPoints, afterStep }))
+      : null;
     this._poll = new Poll({
       auto: false,
       factory: () => this._refreshOnce(),
@@ -134,18 +138,24 @@ export class JobTab extends Widget {
 
   private async _refreshOnce(): Promise<void> {
     try {
-      const [job, events] = await Promise.all([
-        this.transport.getJob(this.cluster, this.name),
-        this.transport.getEvents(this.cluster, this.name, this._eventsNext)
-      ]);
+      const job = await this.transport.getJob(this.cluster, this.name);
       this.detail.setJob(job);
-      this._eventsNext = events.next;
-      await this.detail.addEvents(events.events);
+      // the curve: the server's downsampled series and what follows it; else the raw events since the last
+      let more: boolean;
+      if (this._curve) {
+        more = await this._curve.update();
+        await this.detail.setCurve(this._curve.series);
+      } else {
+        const events = await this.transport.getEvents(this.cluster, this.name, this._eventsNext);
+        this._eventsNext = events.next;
+        await this.detail.addEvents(events.events);
+        more = events.events.length > 0;
+      }
       if (!this._tail) {
         this.detail.setLogs(await this.transport.getLogs(this.cluster, this.name).catch(() => ''));
       }
-      // ended, and this round's events were read after it ended: nothing more will come
-      this._ended = !isActive(job.status) && events.events.length === 0;
+      // ended, and this round (read after it ended) brought nothing new: nothing more will come
+      this._ended = !isActive(job.status) && !more;
       this._showError(null, true);
     } catch (err) {
       this._showError(errorMessage(err), true);
@@ -196,4 +206,5 @@ export class JobTab extends Widget {
   private _eventsNext = 0;
   private _ended = false;
   private _tail: { close(): void } | null = null;
+  private readonly _curve: CurveFollower | null;
 }

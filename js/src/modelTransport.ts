@@ -17,10 +17,10 @@
  * change (or after a timeout, with the current state).
  */
 import {
+  ICurves,
   IClusterInfo,
   IEventsPage,
   IJobDetail,
-  IJobEvent,
   IJobSpec,
   IJobSummary,
   IPreflight,
@@ -72,9 +72,10 @@ export class ModelTransport implements ITransport {
     return detail && typeof detail === 'object' ? (detail as IJobDetail) : null;
   }
 
-  events(): IJobEvent[] {
-    const events = this.model.get('events');
-    return Array.isArray(events) ? (events as IJobEvent[]) : [];
+  /** The detail's loss curves (`curve` traitlet: what `GET .../metrics` serves), if any. */
+  curve(): ICurves | null {
+    const curve = this.model.get('curve');
+    return curve && typeof curve === 'object' && Array.isArray((curve as ICurves).step) ? (curve as ICurves) : null;
   }
 
   /** The widget's cluster (`cluster` traitlet), if any. */
@@ -187,11 +188,17 @@ export class ModelTransport implements ITransport {
     return typeof logs === 'string' ? logs : '';
   }
 
-  /** Same contract as the REST API: events with index `i` > since; `next` is the last index. */
-  async getEvents(cluster: string, name: string, since: number): Promise<IEventsPage> {
-    const indexed = this.events().map((e, pos) => ({ e, i: typeof e.i === 'number' ? e.i : pos + 1 }));
-    const newer = indexed.filter(x => x.i > since);
-    return { events: newer.map(x => x.e), next: newer.length ? newer[newer.length - 1].i : since };
+  /** The widget syncs the server's curves (`curve`), not raw events: nothing newer than `since` here. */
+  async getEvents(_cluster: string, _name: string, since: number): Promise<IEventsPage> {
+    return { events: [], next: since };
+  }
+
+  /** The whole curve of the `curve` traitlet (the kernel refreshes it; it cannot filter: `after_step` null). */
+  async getMetrics(): Promise<ICurves> {
+    const curve = this.curve();
+    return curve
+      ? { ...curve, after_step: null }
+      : { count: 0, after_step: null, last_step: null, step: [], loss: [], epochs: [], validation: [], latest: null };
   }
 
   async getSchema(): Promise<ISchemaBundle> {

@@ -3,7 +3,7 @@
  * `jupyter_cleverthis/widgets/static/widget.js`, with `widget.css`).
  *
  * Traitlets read: `jobs` (list of JobSummary), `detail` (JobDetail or null),
- * `events` (list of step events), `view` ("list" | "detail" | "curve" |
+ * `curve` (the detail's loss curves as `GET .../metrics` serves them), `view` ("list" | "detail" | "curve" |
  * "logs" | "create"), `logs` (string); optional `schema` (the `GET /schema`
  * answer, needed by "create"), `cluster` (string) and `error` (string, shown
  * in the error bar).
@@ -24,6 +24,7 @@ import {
   LossCurve,
   errorMessage,
   h,
+  seriesOf,
   summaryAsDetail
 } from './shared';
 import { WidgetCreatePane } from './widgetCreatePane';
@@ -66,7 +67,7 @@ class WidgetRenderer {
     this._listeners = [
       ['change:jobs', () => this._onJobs()],
       ['change:detail', () => this._onDetail()],
-      ['change:events', () => this._onEvents()],
+      ['change:curve', () => this._onCurve()],
       ['change:logs', () => this._onLogs()],
       ['change:view', () => this._apply()],
       ['change:schema', () => this.create.onSchema()],
@@ -78,7 +79,7 @@ class WidgetRenderer {
     }
     this._onJobs();
     this._onDetail();
-    this._onEvents();
+    this._onCurve();
     this._onLogs();
     this.create.onSchema();
     this._showError(null);
@@ -189,10 +190,12 @@ class WidgetRenderer {
     }
   }
 
-  private _onEvents(): void {
-    const events = this.transport.events();
-    void this.detail.setEvents(events);
-    void this.curve.setEvents(events);
+  /** The server's downsampled curve: the same series as the lab's job tab and `%train` draw. */
+  private _onCurve(): void {
+    const curve = this.transport.curve();
+    const series = curve ? seriesOf(curve) : { loss: [], validation: [], count: 0 };
+    void this.detail.setCurve(series);
+    void this.curve.setSeries(series.loss, series.validation);
   }
 
   private _onLogs(): void {

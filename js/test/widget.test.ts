@@ -6,7 +6,7 @@ import { SCHEMA_BUNDLE, makeDetail, makeJob } from './fixtures';
 /** A minimal stand-in for the anywidget model. */
 class FakeModel implements IAnyModel {
   constructor(state: Record<string, unknown>) {
-    this.state = { jobs: [], detail: null, events: [], view: 'list', logs: '', ...state };
+    this.state = { jobs: [], detail: null, curve: null, view: 'list', logs: '', ...state };
   }
   state: Record<string, unknown>;
   sent: any[] = [];
@@ -112,7 +112,7 @@ describe('anywidget entry', () => {
     expect(cancel.textContent).toBe('Cancel');
   });
 
-  it('draws the events traitlet on the curve view', async () => {
+  it('draws the curve traitlet (the server\'s downsampled series) on the curve view', async () => {
     const model = new FakeModel({ view: 'curve' });
     const { el } = render(model);
     expect(el.querySelector('.jp-CleverThis-widget > .jp-CleverThis-LossCurve .jp-CleverThis-LossCurve-empty')).not.toBeNull();
@@ -176,20 +176,16 @@ describe('anywidget entry', () => {
 
 describe('ModelTransport', () => {
   it('answers from the traitlets', async () => {
-    const model = new FakeModel({
-      jobs: [makeJob(1), makeJob(2, { cluster: 'gpu' })],
-      events: [
-        { i: 1, seq: 0, type: 'step', step: 1, loss: 2 },
-        { i: 2, seq: 1, type: 'step', step: 2, loss: 1 }
-      ]
-    });
+    const curve = {
+      count: 2, after_step: null, last_step: 2, step: [1, 2], loss: [2, 1], epochs: [],
+      validation: [{ epoch: 1, step: 2, eval_loss: 1.5, perplexity: 4.5 }], latest: null
+    };
+    const model = new FakeModel({ jobs: [makeJob(1), makeJob(2, { cluster: 'gpu' })], curve });
     const t = new ModelTransport(model);
     expect((await t.listClusters()).map(c => c.name).sort()).toEqual(['gpu', 'local']);
     expect((await t.listJobs('gpu')).map(j => j.name)).toEqual(['job-0002']);
-    expect(await t.getEvents('local', 'x', 1)).toEqual({
-      events: [{ i: 2, seq: 1, type: 'step', step: 2, loss: 1 }],
-      next: 2
-    });
+    // the server's curve, whole (the kernel cannot filter by step: after_step null)
+    expect(await t.getMetrics()).toEqual(curve);
     expect(await t.getEvents('local', 'x', 2)).toEqual({ events: [], next: 2 });
     await expect(t.getSchema()).rejects.toMatchObject({ code: 'unsupported' });
     t.dispose();

@@ -13,7 +13,7 @@ Routes (all under <base_url>cleverthis/api, all authenticated; see docs/rest-api
   GET  /clusters/{cluster}/jobs/{name}/logs      the job's log text (?offset=&limit=)
   WS   /clusters/{cluster}/jobs/{name}/logs/tail live log lines
   GET  /clusters/{cluster}/jobs/{name}/events    structured events, ?since=<index>
-  GET  /clusters/{cluster}/jobs/{name}/metrics   loss curves, downsampled (?max_points=)
+  GET  /clusters/{cluster}/jobs/{name}/metrics   loss curves, downsampled (?max_points=&after_step=)
   GET  /clusters/{cluster}/jobs/{name}/tensorboard  {url} of the TensorBoard of the job's checkpoint folder
   GET  /clusters/{cluster}/jobs/{name}/spec      the job's submitted spec, also as YAML (clone, export)
 Dashboard proxy: <base_url>cleverthis/proxy/{cluster}/{path} (configured clusters only).
@@ -280,7 +280,10 @@ class MetricsHandler(BaseHandler):
         n = self.int_arg("max_points", 1000)
         if not 4 <= n <= 100_000:
             raise BadRequest("max_points must be between 4 and 100000", details={"field": "max_points"})
-        self.reply_model(Curves.model_validate(await self.run(self.service.metrics, cluster, name, max_points=n)))
+        raw = self.get_query_argument("after_step", None)
+        after = self.int_arg("after_step", 0) if raw not in (None, "") else None
+        self.reply_model(Curves.model_validate(
+            await self.run(self.service.metrics, cluster, name, max_points=n, after_step=after)))
 
 
 def _is_anonymous(user: Any) -> bool:

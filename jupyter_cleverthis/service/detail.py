@@ -227,22 +227,34 @@ def serving_values(d: JobDetail, original_base: str | None = None) -> Serving | 
     return out
 
 
-def curves(evs: list[dict[str, Any]], *, max_points: int = 1000) -> dict[str, Any]:
+def curves(evs: list[dict[str, Any]], *, max_points: int = 1000, after_step: float | None = None) -> dict[str, Any]:
     """Loss curves for plotting: the step series downsampled (MinMaxLTTB) to at most max_points, epoch ends,
-    validation points and the latest step's figures."""
-    steps = [e for e in evs if e["type"] == "step" and e.get("loss") is not None]
+    validation points and the latest step's figures.
+
+    `after_step`: only what lies after that step (a front-end that already drew the curve up to it asks for the
+    rest); `count` still counts every step, `last_step` is the latest step reported."""
+    all_steps = [e for e in evs if e["type"] == "step" and e.get("loss") is not None]
+    last_step = float(all_steps[-1]["step"]) if all_steps else None
+
+    def after(e: dict[str, Any]) -> bool:
+        return after_step is None or (e.get("step") is not None and float(e["step"]) > after_step)
+
+    steps = [e for e in all_steps if after(e)]
+    evs = [e for e in evs if e["type"] not in ("epoch", "validation") or after(e)]
     x = [float(e["step"]) for e in steps]
     y = [float(e["loss"]) for e in steps]
     idx = downsample(x, y, max_points)
     return {
-        "count": len(steps),
+        "count": len(all_steps),
+        "after_step": after_step,
+        "last_step": last_step,
         "step": [x[i] for i in idx],
         "loss": [y[i] for i in idx],
         "epochs": [{"epoch": e.get("epoch"), "step": e.get("step"), "train_loss": e.get("train_loss")}
                    for e in evs if e["type"] == "epoch"],
         "validation": [{k: e.get(k) for k in ("epoch", "step", "eval_loss", "perplexity")}
                        for e in evs if e["type"] == "validation"],
-        "latest": {k: steps[-1].get(k) for k in LATEST_KEYS} if steps else None,
+        "latest": {k: all_steps[-1].get(k) for k in LATEST_KEYS} if all_steps else None,
     }
 
 

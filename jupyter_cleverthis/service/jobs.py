@@ -202,9 +202,11 @@ class JobService:
         self._refresh_events(cluster, name, info)
         return self.store.events(cluster, name, since)
 
-    def metrics(self, cluster: str, name: str, *, max_points: int = 1000) -> dict[str, Any]:
-        """Loss curves for plotting: step series downsampled (MinMaxLTTB) to at most max_points."""
-        return curves(self.events(cluster, name), max_points=max_points)
+    def metrics(self, cluster: str, name: str, *, max_points: int = 1000,
+                after_step: float | None = None) -> dict[str, Any]:
+        """Loss curves for plotting: step series downsampled (MinMaxLTTB) to at most max_points; with
+        `after_step`, only the points after it (what a drawn curve lacks)."""
+        return curves(self.events(cluster, name), max_points=max_points, after_step=after_step)
 
     def logs(self, cluster: str, name: str, *, offset: int = 0, limit: int | None = None) -> dict[str, Any]:
         self._any_job(cluster, name)

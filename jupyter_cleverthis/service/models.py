@@ -283,10 +283,13 @@ class ValidationPoint(BaseModel):
 
 
 class Curves(BaseModel):
-    """`GET .../jobs/{name}/metrics`: the step-loss series downsampled to at most max_points (`count`: the steps
-    in all), the epoch ends, the validation points and the latest step's figures."""
+    """`GET .../jobs/{name}/metrics[?after_step=S]`: the step-loss series downsampled to at most max_points
+    (`count`: the steps in all; with after_step, only the points after S), the epoch ends, the validation points,
+    the latest step reported (`last_step`) and its figures."""
 
     count: int
+    after_step: float | None = None
+    last_step: float | None = None
     step: list[float]
     loss: list[float]
     epochs: list[EpochPoint]

@@ -43,7 +43,9 @@ class JobsWidget(anywidget.AnyWidget):
 
     jobs = t.List(t.Dict()).tag(sync=True)
     detail = t.Dict(allow_none=True, default_value=None).tag(sync=True)
-    events = t.List(t.Dict()).tag(sync=True)
+    #: The detail's loss curves, as `GET .../metrics` serves them (downsampled on the server from every step, so a
+    #: long job's curve is whole from its first step): the one data path of every front-end's curve.
+    curve = t.Dict(allow_none=True, default_value=None).tag(sync=True)
     logs = t.Unicode("").tag(sync=True)
     view = t.Unicode("list").tag(sync=True)
     schema = t.Dict(allow_none=True, default_value=None).tag(sync=True)
@@ -54,8 +56,8 @@ class JobsWidget(anywidget.AnyWidget):
     interval: float = 2.0
     #: Bytes of log text kept in the front-end (a bounded buffer).
     max_log_chars: int = 200_000
-    #: Events kept in the `events` traitlet.
-    max_events: int = 2_000
+    #: The most points of the `curve` traitlet (the server downsamples to it).
+    max_points: int = 2_000
 
     def __init__(self, *, service: JobService | None = None, interval: float | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -63,7 +65,7 @@ class JobsWidget(anywidget.AnyWidget):
         if interval is not None:
             self.interval = interval
         self.selected: str | None = None
-        self._since = 0
+        self._curve_key: tuple[Any, ...] | None = None
         self._task: asyncio.Task[None] | None = None
         self.on_msg(self._on_action)
         self.start()
@@ -108,12 +110,10 @@ class JobsWidget(anywidget.AnyWidget):
     def _refresh_detail(self, name: str) -> bool:
         d = self.service.get(self.cluster, name)
         self.detail = d.model_dump(mode="json")
-        new = self.service.events(self.cluster, name, self._since)
-        if new:
-            self._since = new[-1]["i"]
-            kept = self.events + [e for e in new if e["type"] in ("step", "epoch", "validation", "checkpoint")]
-            # Every change re-sends the whole traitlet: keep the newest points (LossCurve downsamples the rest).
-            self.events = kept[-self.max_events:]
+        m = self.service.metrics(self.cluster, name, max_points=self.max_points)
+        key = (m["count"], m.get("last_step"), len(m["validation"]), len(m["epochs"]))
+        if key != self._curve_key:  # a change re-sends the traitlet: only when the curve has changed
+            self._curve_key, self.curve = key, m
         return d.status.is_terminal()
 
     def _refresh_logs(self, name: str) -> None:
@@ -122,7 +122,7 @@ class JobsWidget(anywidget.AnyWidget):
 
     def _select(self, name: str) -> None:
         if name != self.selected:
-            self.selected, self._since, self.events, self.logs = name, 0, [], ""
+            self.selected, self._curve_key, self.curve, self.logs = name, None, None, ""
 
     # -- front-end actions --------------------------------------------------------------------------------------
     def _on_action(self, _widget: Any, content: dict[str, Any], _buffers: Any) -> None:

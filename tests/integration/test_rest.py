@@ -94,6 +94,10 @@ async def test_job_routes_on_a_running_job(jp_fetch, jp_ws_fetch, jp_serverapp, 
     assert all(e["i"] > evs["next"] for e in more["events"])
     m = await _json(await jp_fetch(*api, "jobs", job_name, "metrics", params={"max_points": 10}))
     assert 1 <= len(m["step"]) <= 10 and len(m["step"]) == len(m["loss"]) and m["count"] >= len(m["step"])
+    # what a drawn curve lacks: only the steps after the one it ends at
+    last = int(m["last_step"])
+    rest = await _json(await jp_fetch(*api, "jobs", job_name, "metrics", params={"after_step": last - 1}))
+    assert rest["after_step"] == last - 1 and rest["step"] and all(s > last - 1 for s in rest["step"])
     part = await _json(await jp_fetch(*api, "jobs", job_name, "logs", params={"offset": 0, "limit": 100}))
     assert len(part["text"]) == 100 and part["next"] == 100 and part["size"] >= 100
     await _tensorboard_of(jp_fetch, jp_serverapp, api, job_name, d)

@@ -43,10 +43,10 @@ class FakeService:
     def logs(self, cluster, name, offset=0, limit=None):
         return {"text": self.log[offset:], "offset": offset, "next": len(self.log), "size": len(self.log)}
 
-    def metrics(self, cluster, name, max_points=1000):
-        steps = [e for e in self.evs if e["type"] == "step" and e["job"] == name]
-        return {"count": len(steps), "step": [e["step"] for e in steps], "loss": [e["loss"] for e in steps],
-                "epochs": [], "validation": [], "latest": steps[-1] if steps else None}
+    def metrics(self, cluster, name, max_points=1000, after_step=None):
+        from jupyter_cleverthis.service.detail import curves
+
+        return curves(self.events(cluster, name), max_points=max_points, after_step=after_step)
 
     def cancel(self, cluster, name):
         self.cancelled.append(name)
@@ -76,7 +76,16 @@ def test_job_list_rows_and_click_opens_detail(svc):
     w = JobList(service=svc)
     assert [j["name"] for j in w.jobs] == ["a", "b"] and w.view == "list"
     w._on_action(w, {"action": "select", "name": "a", "request_id": "r1"}, None)
-    assert w.view == "detail" and w.detail["name"] == "a" and len(w.events) == 40
+    assert w.view == "detail" and w.detail["name"] == "a" and len(w.curve["step"]) == 40
+
+
+def test_a_long_curve_reaches_the_widget_whole_and_downsampled():
+    """The widget's curve is the server's: every step downsampled to max_points, from the first step."""
+    s = FakeService()
+    s.add("long", losses=[5.0 / (1 + i / 500) for i in range(5_000)])
+    w = JobDetail(Job("long", service=s), service=s)
+    assert w.curve["count"] == 5_000 and len(w.curve["step"]) <= w.max_points
+    assert w.curve["step"][0] == 1 and w.curve["step"][-1] == 5_000 and w.curve["last_step"] == 5_000
 
 
 def test_job_detail_and_cancel(svc):

@@ -14,3 +14,4 @@ export * from './schemaFields';
 export * from './schemaForm';
 export * from './createJobForm';
 export * from './trainingConfigForm';
+export * from './curveFollower';

@@ -20,6 +20,7 @@ import {
   trackingRows,
   utilisationRows
 } from './jobDetailSections';
+import { ICurveSeries } from './curveFollower';
 import { LogView } from './logView';
 import { ILossCurveOptions, LossCurve } from './lossCurve';
 import { ICheckpoint, IJobDetail, IJobEvent, isActive } from './model';
@@ -159,6 +160,11 @@ export class JobDetailView {
     } else {
       this._logLink.style.display = 'none';
     }
+  }
+
+  /** Draw the loss curve from the server's downsampled series. */
+  setCurve(series: ICurveSeries): Promise<void> {
+    return this.lossCurve?.setSeries(series.loss, series.validation) ?? Promise.resolve();
   }
 
   /** Replace the loss-curve events. */

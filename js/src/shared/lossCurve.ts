@@ -86,6 +86,12 @@ export class LossCurve {
     return this.setPoints(mergeSeries(this._points, added));
   }
 
+  /** Replace both series (the server's downsampled curve, `curveFollower.ts`). Resolves once drawn. */
+  setSeries(points: readonly ILossPoint[], validation: readonly ILossPoint[]): Promise<void> {
+    this._validation = [...validation];
+    return this.setPoints(points);
+  }
+
   /** Replace the step-loss series. Resolves once drawn. */
   setPoints(points: readonly ILossPoint[]): Promise<void> {
     this._points = [...points];

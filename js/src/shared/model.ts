@@ -114,7 +114,7 @@ export type ITensorBoard = Api.TensorBoardLink;
 /** `GET .../jobs/{name}/logs` (`LogsPage`). */
 export type ILogsPage = Api.LogsPage;
 
-/** `GET .../jobs/{name}/metrics`: the loss curves, downsampled (`Curves`). */
+/** `GET .../jobs/{name}/metrics[?after_step=]`: the loss curves, downsampled (`Curves`). */
 export type ICurves = Api.Curves;
 
 /** `POST /clusters/{cluster}/plan`: the pre-flight answer (`Preflight`). */

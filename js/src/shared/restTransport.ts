@@ -20,9 +20,10 @@ import {
   IResumeOptions,
   ISchemaBundle,
   ISpecExport,
+  ICurves,
   ITensorBoard
 } from './model';
-import { IJobQuery, ILogTailHandlers, ITransport, TransportError } from './transport';
+import { IJobQuery, ILogTailHandlers, IMetricsQuery, ITransport, TransportError } from './transport';
 
 /** Path of the API under the server's base URL. */
 export const API_PATH = 'cleverthis/api';
@@ -152,6 +153,14 @@ export class RestTransport implements ITransport {
       { since: String(Math.max(0, Math.floor(since))) }
     );
     return { events: body.events ?? [], next: typeof body.next === 'number' ? body.next : since };
+  }
+
+  getMetrics(cluster: string, name: string, options: IMetricsQuery): Promise<ICurves> {
+    const query: Record<string, string> = { max_points: String(options.maxPoints) };
+    if (typeof options.afterStep === 'number') {
+      query.after_step = String(Math.floor(options.afterStep));
+    }
+    return this._request<ICurves>('GET', ['clusters', cluster, 'jobs', name, 'metrics'], undefined, query);
   }
 
   getSchema(): Promise<ISchemaBundle> {

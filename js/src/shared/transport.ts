@@ -15,12 +15,19 @@ import {
   IResumeOptions,
   ISchemaBundle,
   ISpecExport,
+  ICurves,
   ITensorBoard
 } from './model';
 
 /** Filters of {@link ITransport.listJobs}. */
 export interface IJobQuery {
   owner?: string;
+}
+
+/** Options of {@link ITransport.getMetrics}. */
+export interface IMetricsQuery {
+  maxPoints: number;
+  afterStep?: number | null;
 }
 
 /** Callbacks of {@link ITransport.tailLogs}. */
@@ -43,6 +50,11 @@ export interface ITransport {
   planJob(cluster: string, spec: IJobSpec): Promise<IPreflight>;
   getLogs(cluster: string, name: string): Promise<string>;
   getEvents(cluster: string, name: string, since: number): Promise<IEventsPage>;
+  /**
+   * The job's loss curves, downsampled by the server to at most `maxPoints` (`afterStep`: only the points after
+   * that step; a transport that cannot filter answers the whole curve, with `after_step` null).
+   */
+  getMetrics?(cluster: string, name: string, options: IMetricsQuery): Promise<ICurves>;
   getSchema(): Promise<ISchemaBundle>;
   /** Start (`up`) or stop (`down`) a cluster jupyter-cleverthis manages; absent where it cannot. */
   clusterAction?(cluster: string, action: 'up' | 'down'): Promise<IClusterState>;

@@ -114,14 +114,17 @@ export interface CurveDiagnosis {
   points: number;
 }
 /**
- * `GET .../jobs/{name}/metrics`: the step-loss series downsampled to at most max_points (`count`: the steps
- * in all), the epoch ends, the validation points and the latest step's figures.
+ * `GET .../jobs/{name}/metrics[?after_step=S]`: the step-loss series downsampled to at most max_points
+ * (`count`: the steps in all; with after_step, only the points after S), the epoch ends, the validation points,
+ * the latest step reported (`last_step`) and its figures.
  *
  * This interface was referenced by `CleverThisApi`'s JSON-Schema
  * via the `definition` "Curves".
  */
 export interface Curves {
   count: number;
+  after_step: number | null;
+  last_step: number | null;
   step: number[];
   loss: number[];
   epochs: EpochPoint[];
