@@ -53,6 +53,10 @@ class JobNotFound(CleverThisError):
     status, code = 404, "job_not_found"
 
 
+class TemplateNotFound(CleverThisError):
+    status, code = 404, "template_not_found"
+
+
 class JobExists(CleverThisError):
     status, code = 409, "job_exists"
 

@@ -35,6 +35,8 @@ from .service.models import (
     LogsPage,
     Preflight,
     SpecExport,
+    Template,
+    TemplateList,
     TensorBoardLink,
 )
 from .spec import JobSpec, TrainingConfig
@@ -52,6 +54,8 @@ API_MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (Curves, "serialization"),
     (TensorBoardLink, "serialization"),
     (SpecExport, "serialization"),
+    (TemplateList, "serialization"),
+    (Template, "serialization"),
     (Preflight, "serialization"),
     (FieldError, "serialization"),
     (JobSpec, "validation"),

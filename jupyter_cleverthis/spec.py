@@ -4,6 +4,7 @@ from cleverthis_runtime.spec import (  # noqa: F401
     DEFAULT_BASE_MODEL,
     DEFAULT_DATASET_PATH,
     NAME_PATTERN,
+    NAME_RULE,
     DeepSpeedConfig,
     JobSpec,
     JobStatus,

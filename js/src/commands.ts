@@ -3,7 +3,7 @@
  * `args.cluster`/`args.name`, else on the current job tab.
  */
 import { JupyterFrontEnd } from '@jupyterlab/application';
-import { Clipboard, Dialog, Notification, showDialog, showErrorMessage } from '@jupyterlab/apputils';
+import { Clipboard, Dialog, InputDialog, Notification, showDialog, showErrorMessage } from '@jupyterlab/apputils';
 import { URLExt } from '@jupyterlab/coreutils';
 import { Widget } from '@lumino/widgets';
 
@@ -23,6 +23,7 @@ export namespace CommandIDs {
   export const openJob = 'cleverthis:open-job';
   export const cloneJob = 'cleverthis:clone-job';
   export const exportJob = 'cleverthis:export-job';
+  export const saveTemplate = 'cleverthis:save-template';
   export const cancelJob = 'cleverthis:cancel-job';
   export const resumeJob = 'cleverthis:resume-job';
   export const startCluster = 'cleverthis:start-cluster';
@@ -36,6 +37,7 @@ export const PALETTE_COMMANDS = [
   CommandIDs.openDashboard,
   CommandIDs.cloneJob,
   CommandIDs.exportJob,
+  CommandIDs.saveTemplate,
   CommandIDs.cancelJob,
   CommandIDs.resumeJob,
   CommandIDs.startCluster,
@@ -169,6 +171,38 @@ export function addCommands(app: JupyterFrontEnd, context: ICommandContext): voi
         return exported.yaml;
       } catch (err) {
         await showErrorMessage('Cannot export the job', errorMessage(err));
+        return null;
+      }
+    }
+  });
+
+  commands.addCommand(CommandIDs.saveTemplate, {
+    label: 'Save Training Job as Template\u2026',
+    caption: "Keep the job's spec under a name; the Create Job form offers it",
+    isEnabled: args => !!target(args),
+    execute: async args => {
+      const job = target(args);
+      if (!job) {
+        return null;
+      }
+      const answer = await InputDialog.getText({
+        title: 'Save as template',
+        label: 'Template name (letters, digits, ., _ or -)',
+        text: job.name.replace(/-\d+$/, '')
+      });
+      if (!answer.button.accept || !answer.value) {
+        return null;
+      }
+      try {
+        const shown = tabs.find(job.cluster, job.name)?.detail.job;
+        const spec = shown?.spec || (await transport.getSpec(job.cluster, job.name)).spec;
+        const saved = await transport.saveTemplate(answer.value, spec as Record<string, unknown>);
+        Notification.success(`Template \u201c${saved.name}\u201d saved: Create Job offers it under \u201cStart from template\u201d.`, {
+          autoClose: 8000
+        });
+        return saved;
+      } catch (err) {
+        await showErrorMessage('Cannot save the template', errorMessage(err));
         return null;
       }
     }

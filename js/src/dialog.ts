@@ -75,7 +75,11 @@ export class CreateJobDialog extends Widget {
     Widget.attach(this, this._options.host ?? document.body);
     this._cancelButton.focus();
     try {
-      const schema = this._options.schema ?? (await this._options.transport.getSchema());
+      const transport = this._options.transport;
+      const [schema, templates] = await Promise.all([
+        this._options.schema ?? transport.getSchema(),
+        transport.listTemplates ? transport.listTemplates().catch(() => []) : Promise.resolve([])
+      ]);
       if (this.isDisposed) {
         return this._result;
       }
@@ -84,7 +88,8 @@ export class CreateJobDialog extends Widget {
         cluster: this._options.cluster,
         jobType: this._options.jobType,
         values: this._options.values,
-        transport: this._options.transport
+        transport,
+        templates
       });
       this._body.replaceChildren(this._form.node);
       this._submitButton.disabled = false;

@@ -56,7 +56,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       transport,
       confirmCancel,
       onClone: job => void commands.execute(CommandIDs.cloneJob, { cluster: job.cluster, name: job.name }),
-      onExport: job => void commands.execute(CommandIDs.exportJob, { cluster: job.cluster, name: job.name })
+      onExport: job => void commands.execute(CommandIDs.exportJob, { cluster: job.cluster, name: job.name }),
+      onSaveTemplate: job => void commands.execute(CommandIDs.saveTemplate, { cluster: job.cluster, name: job.name })
     });
     const panel = new TrainingPanel({
       transport,

@@ -30,6 +30,8 @@ export interface IJobTabOptions {
   onClone?: (job: IJobDetail) => void;
   /** "Export"; hidden when omitted. */
   onExport?: (job: IJobDetail) => void;
+  /** "Save as template"; hidden when omitted. */
+  onSaveTemplate?: (job: IJobDetail) => void;
 }
 
 export class JobTab extends Widget {
@@ -63,6 +65,7 @@ export class JobTab extends Widget {
       onOpenTensorBoard: this.transport.openTensorBoard ? job => this._actions.openTensorBoard(job) : undefined,
       onClone: options.onClone,
       onExport: options.onExport,
+      onSaveTemplate: options.onSaveTemplate,
       lossCurve: { height: 360 } // the main area's width: a curve one can read
     });
     this.node.append(this._error, this.detail.node);

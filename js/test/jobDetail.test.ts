@@ -55,7 +55,8 @@ describe('JobDetailView', () => {
   it('offers "Create from this job" and "Export" only where the host handles them', () => {
     const onClone = vi.fn();
     const onExport = vi.fn();
-    const view = new JobDetailView({ onClone, onExport });
+    const onSaveTemplate = vi.fn();
+    const view = new JobDetailView({ onClone, onExport, onSaveTemplate });
     const clone = view.node.querySelector('.jp-CleverThis-JobDetail-clone') as HTMLButtonElement;
     const exportButton = view.node.querySelector('.jp-CleverThis-JobDetail-export') as HTMLButtonElement;
     expect(clone.disabled).toBe(true); // nothing shown yet
@@ -65,6 +66,8 @@ describe('JobDetailView', () => {
     exportButton.click();
     expect(onClone).toHaveBeenCalledWith(expect.objectContaining({ name: 'tiny-ft' }));
     expect(onExport).toHaveBeenCalledWith(expect.objectContaining({ name: 'tiny-ft' }));
+    (view.node.querySelector('.jp-CleverThis-JobDetail-template') as HTMLButtonElement).click();
+    expect(onSaveTemplate).toHaveBeenCalledWith(expect.objectContaining({ name: 'tiny-ft' }));
     const bare = new JobDetailView();
     expect((bare.node.querySelector('.jp-CleverThis-JobDetail-clone') as HTMLElement).style.display).toBe('none');
     expect((bare.node.querySelector('.jp-CleverThis-JobDetail-export') as HTMLElement).style.display).toBe('none');

@@ -102,4 +102,27 @@ describe('TrainingConfigForm', () => {
     const spec = form.readSpec().spec!;
     expect(spec.training_config).toEqual({ method: 'lora', lora_r: 8 });
   });
+
+  it('offers saved templates; a choice fills the fields, the tab and the advanced options, not the name', () => {
+    const form = new CreateJobForm({
+      schema: bundle,
+      cluster: 'local',
+      jobType: 'train',
+      templates: [
+        { name: 'qlora-small', spec: { base_model: '/m/tiny', epochs: 4, job_type: 'finetune', training_config: { method: 'qlora', quantization: '4bit' } } }
+      ]
+    });
+    expect([...form.templateSelect.options].map(o => o.textContent)).toEqual(['\u2014', 'qlora-small']);
+    (form.form.input('name') as HTMLInputElement).value = 'my-run';
+    form.templateSelect.value = 'qlora-small';
+    form.templateSelect.dispatchEvent(new Event('change'));
+    expect(form.jobType).toBe('finetune');
+    expect((form.form.input('base_model') as HTMLInputElement).value).toBe('/m/tiny');
+    expect((form.form.input('name') as HTMLInputElement).value).toBe('my-run');
+    const spec = form.readSpec().spec!;
+    expect(spec).toMatchObject({ name: 'my-run', epochs: 4, job_type: 'finetune' });
+    expect(spec.training_config).toEqual({ method: 'qlora', quantization: '4bit' });
+    const none = new CreateJobForm({ schema: bundle, cluster: 'local' });
+    expect((none.templateSelect.parentElement as HTMLElement).style.display).toBe('none');
+  });
 });

@@ -3,6 +3,7 @@
 Routes (all under <base_url>cleverthis/api, all authenticated; see docs/rest-api.md):
   GET  /schema                                   JSON Schemas of the job spec and training config
   GET  /clusters                                 clusters with status and resources
+  GET  /templates                                saved specs;  PUT|DELETE /templates/{name}: save / remove one
   POST /clusters/{cluster}/up | /down            start / stop the managed local cluster
   POST /clusters/{cluster}/plan                  pre-flight plan for a spec, without submitting
   GET  /clusters/{cluster}/jobs                  job summaries (?status=&owner=&sort=&offset=&limit=)
@@ -49,6 +50,8 @@ from ..service.models import (
     LogsPage,
     Preflight,
     SpecExport,
+    Template,
+    TemplateList,
 )
 from ..service.probes import cluster_resources
 from ..spec import spec_yaml
@@ -151,6 +154,28 @@ class SchemaHandler(BaseHandler):
     @api
     async def get(self) -> None:
         self.reply({**schema_bundle(), "refresh_interval_s": self.settings.get("cleverthis_refresh_interval", 3.0)})
+
+
+class TemplatesHandler(BaseHandler):
+    @api
+    async def get(self) -> None:
+        self.reply_model(TemplateList.model_validate({"templates": await self.run(self.service.templates.list)}))
+
+
+class TemplateHandler(BaseHandler):
+    @api
+    async def put(self, name: str) -> None:
+        spec = self.json_body().get("spec")
+        if not isinstance(spec, dict):
+            raise BadRequest("the body needs the template's spec as an object: {\"spec\": {...}}",
+                             details={"field": "spec"})
+        self.reply_model(Template.model_validate(await self.run(self.service.templates.save, name, spec)))
+
+    @api
+    async def delete(self, name: str) -> None:
+        await self.run(self.service.templates.delete, name)
+        self.set_status(204)
+        self.finish()
 
 
 class ClustersHandler(BaseHandler):
@@ -300,6 +325,8 @@ def routes() -> list[tuple[str, type[Any]]]:
     job = rf"{base}/clusters/({NAME})/jobs/({NAME})"
     return [
         (rf"{base}/schema", SchemaHandler),
+        (rf"{base}/templates", TemplatesHandler),
+        (rf"{base}/templates/({NAME})", TemplateHandler),
         (rf"{base}/clusters", ClustersHandler),
         (rf"{base}/clusters/({NAME})/(up|down)", ClusterActionHandler),
         (rf"{base}/clusters/({NAME})/plan", PlanHandler),

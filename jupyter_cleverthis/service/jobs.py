@@ -46,6 +46,7 @@ from .ray_client import (
     submit,
 )
 from .store import EventStore
+from .templates import TemplateStore
 
 __all__ = ["MARK", "JobService", "default_owner", "downsample", "phase_of", "submit"]
 
@@ -61,6 +62,8 @@ class JobService:
         self.store = store or EventStore(home() / "events.sqlite")
         # Who may cancel, resume or delete other owners' jobs (the server's CleverThisApp.admin_users).
         self.admin_users = frozenset(admin_users)
+        # saved specs ("Save as template"), under the same home as the cluster configs
+        self.templates = TemplateStore(self.registry.root)
         self._clients = RayClients()
 
     # -- clusters ---------------------------------------------------------------------------------------------

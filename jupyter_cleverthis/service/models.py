@@ -85,6 +85,19 @@ class ClusterList(BaseModel):
     user: str | None = None
 
 
+class Template(BaseModel):
+    """A saved spec (`$CLEVERTHIS_HOME/templates/<name>.yaml`): every field but the job's name."""
+
+    name: str
+    spec: dict[str, Any]
+
+
+class TemplateList(BaseModel):
+    """`GET /templates`, by name."""
+
+    templates: list[Template]
+
+
 class SpecExport(BaseModel):
     """`GET .../jobs/{name}/spec`: the spec a job was submitted with, as a dict and as YAML that `%%train` and
     `cleverthis-train create --config` accept."""

@@ -288,3 +288,22 @@ async def test_malformed_requests_never_get_a_500(jp_fetch):
                            raise_error=False)
         assert 400 <= r.code < 500
     assert len(codes) >= 130
+
+
+async def test_templates_save_list_and_delete(jp_fetch, job_name):
+    """Save as template, through the server: validated as a spec, listed, removed (no cluster involved)."""
+    api = ("cleverthis", "api", "templates")
+    spec = {"name": job_name, "base_model": "/models/m", "dataset_path": "/data/d", "epochs": 2,
+            "training_config": {"lora_r": 8}}
+    saved = await _json(await jp_fetch(*api, job_name, method="PUT", body=json.dumps({"spec": spec})))
+    assert saved == {"name": job_name, "spec": {k: v for k, v in spec.items() if k != "name"}}
+    listed = await _json(await jp_fetch(*api))
+    assert {"name": job_name, "spec": saved["spec"]} in listed["templates"]
+    with pytest.raises(HTTPClientError) as bad:
+        await jp_fetch(*api, job_name, method="PUT", body=json.dumps({"spec": {"epochs": 0}}))
+    assert bad.value.code == 422 and json.loads(bad.value.response.body)["details"]["errors"][0]["field"] == "epochs"
+    resp = await jp_fetch(*api, job_name, method="DELETE")
+    assert resp.code == 204
+    with pytest.raises(HTTPClientError) as gone:
+        await jp_fetch(*api, job_name, method="DELETE")
+    assert gone.value.code == 404

@@ -108,7 +108,7 @@ def test_first_run_from_a_stopped_cluster(fresh_page: Page, shots, console_error
     expect(progress).to_contain_text("Starting \u201clocal\u201d")
     shots("starting")
     dialog = page.locator(".jp-CleverThis-CreateJobDialog")
-    expect(dialog.locator(".jp-CleverThis-SchemaForm")).to_be_visible(timeout=START_MS)
+    expect(dialog.locator(".jp-CleverThis-SchemaForm").first).to_be_visible(timeout=START_MS)
     expect(progress).to_be_hidden()
     expect(panel.locator(".jp-CleverThis-clusterStatus")).to_have_attribute("data-status", "running")
     expect(empty).to_be_hidden()
@@ -143,7 +143,7 @@ def test_first_run_from_a_stopped_cluster(fresh_page: Page, shots, console_error
     # Create from this job: the form holds its spec under a new name; the copy runs (and is cancelled at once).
     first_tab.locator(".jp-CleverThis-JobDetail-clone").click()
     dialog = page.locator(".jp-CleverThis-CreateJobDialog")
-    expect(dialog.locator(".jp-CleverThis-SchemaForm")).to_be_visible()
+    expect(dialog.locator(".jp-CleverThis-SchemaForm").first).to_be_visible()
     copy = f"{first}-2"
     expect(field(dialog, "name").locator("input")).to_have_value(copy)
     expect(field(dialog, "base_model").locator("input")).to_have_value(tiny_model)
@@ -169,6 +169,24 @@ def test_first_run_from_a_stopped_cluster(fresh_page: Page, shots, console_error
     assert exported["base_model"] == tiny_model and exported["epochs"] == 1 and exported["batch_size"] == 8
     shots("export")
     page.locator(".jp-Dialog").get_by_role("button", name="Close").click()
+
+    # Save as template: the Create Job form offers it, and a choice fills the form (not the job's name).
+    copy_tab.locator(".jp-CleverThis-JobDetail-template").click()
+    page.locator(".jp-Dialog input").fill("first-run-template")
+    page.locator(".jp-Dialog").get_by_role("button", name="Ok").click()
+    expect(toast(page, "Template \u201cfirst-run-template\u201d saved")).to_be_visible()
+    assert (first_run_home / "templates" / "first-run-template.yaml").exists()
+    panel.get_by_role("button", name="Create Job").click()
+    dialog = page.locator(".jp-CleverThis-CreateJobDialog")
+    expect(dialog.locator(".jp-CleverThis-SchemaForm").first).to_be_visible()
+    fill_fields(dialog, {"name": "typed-name"})
+    dialog.locator(".jp-CleverThis-CreateJobForm-template").select_option("first-run-template")
+    expect(field(dialog, "base_model").locator("input")).to_have_value(tiny_model)
+    expect(field(dialog, "output_dir").locator("input")).to_have_value(str(tmp_path / "copy-checkpoints"))
+    expect(field(dialog, "name").locator("input")).to_have_value("typed-name")
+    shots("template-chosen")
+    dialog.locator(".jp-Dialog-footer").get_by_role("button", name="Cancel").click()
+    expect(dialog).to_be_hidden()
 
     copy_tab.locator(".jp-CleverThis-JobDetail-cancel").click()
     page.get_by_role("button", name="Cancel job").click()

@@ -33,7 +33,7 @@ PREFLIGHT_MS = 180_000  # a create runs a pre-flight Ray job first: seconds when
 def open_create_dialog(page: Page, panel: Locator) -> Locator:
     panel.get_by_role("button", name="Create Job").click()
     dialog = page.locator(".jp-CleverThis-CreateJobDialog")
-    expect(dialog.locator(".jp-CleverThis-SchemaForm")).to_be_visible()  # the schema has loaded
+    expect(dialog.locator(".jp-CleverThis-SchemaForm").first).to_be_visible()  # the schema has loaded
     return dialog
 
 

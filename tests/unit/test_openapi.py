@@ -13,7 +13,8 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "openapi.yaml"
 
 
 def _as_openapi(pattern: str) -> str:
-    names = iter(["{key}"] if pattern.startswith("/cleverthis/tensorboard/") else ["{cluster}", "{name}"])
+    names = iter(["{key}"] if pattern.startswith("/cleverthis/tensorboard/")
+                 else ["{name}"] if pattern.startswith("/cleverthis/api/templates/") else ["{cluster}", "{name}"])
     path = pattern.replace("(up|down)", "{action}").replace("(/.*)", "/{path}").replace("(.*)", "{path}")
     return re.sub(r"\(\[\^/\]\+\)", lambda _: next(names), path)
 

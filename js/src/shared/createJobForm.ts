@@ -7,7 +7,17 @@
  * dialog and reusable elsewhere.
  */
 import { CSS_PREFIX, h } from './format';
-import { IFieldError, IJobDetail, IJobSpec, IJSONSchema, IPreflight, IPreviewRun, ISchemaBundle, JobType } from './model';
+import {
+  IFieldError,
+  IJobDetail,
+  IJobSpec,
+  IJSONSchema,
+  IPreflight,
+  IPreviewRun,
+  ISchemaBundle,
+  ITemplate,
+  JobType
+} from './model';
 import { describeFields } from './schemaFields';
 import { SchemaForm } from './schemaForm';
 import { TrainingConfigForm } from './trainingConfigForm';
@@ -34,6 +44,8 @@ export interface ICreateJobFormOptions {
   values?: Record<string, unknown>;
   /** When given, a "Pre-flight plan" button asks the cluster what the job would do (without submitting). */
   transport?: ITransport;
+  /** Saved specs offered as "Start from" (a choice fills the form; the job's name stays the user's). */
+  templates?: readonly ITemplate[];
 }
 
 /** Result of {@link CreateJobForm.readSpec}. */
@@ -111,10 +123,33 @@ export class CreateJobForm {
     );
 
     this._planOut = h('div', { class: `${FORM_CLASS}-plan`, 'aria-live': 'polite' });
+    this._templates = options.templates ?? [];
+    this.templateSelect = h(
+      'select',
+      { class: `jp-mod-styled ${FORM_CLASS}-template`, 'aria-label': 'Start from a template' },
+      h('option', { value: '' }, '\u2014'),
+      ...this._templates.map(t => h('option', { value: t.name }, t.name))
+    );
+    this.templateSelect.addEventListener('change', () => {
+      const chosen = this._templates.find(t => t.name === this.templateSelect.value);
+      if (chosen) {
+        this.applyTemplate(chosen.spec);
+      }
+    });
+    const templateRow = h(
+      'label',
+      { class: `${FORM_CLASS}-templateRow ${CSS_PREFIX}-field` },
+      'Start from template ',
+      this.templateSelect
+    );
+    if (!this._templates.length) {
+      templateRow.style.display = 'none';
+    }
     this.node = h(
       'div',
       { class: FORM_CLASS },
       this._tabs,
+      templateRow,
       this._clusterLabel,
       this.form.node,
       this._advanced
@@ -153,6 +188,21 @@ export class CreateJobForm {
     this.node.dataset.jobType = value;
     this.form.filterJobType(value);
     this.config.jobType = value;
+  }
+
+  /** The "Start from template" choice (hidden without saved templates). */
+  readonly templateSelect: HTMLSelectElement;
+
+  /** Fill the form from a saved spec: its fields, tab and advanced options; the name typed so far stays. */
+  applyTemplate(spec: Record<string, unknown>): void {
+    const { name: _name, cluster: _cluster, job_type, training_config, ...fields } = spec;
+    this.form.setValues(fields);
+    if (job_type === 'train' || job_type === 'finetune') {
+      this.jobType = job_type;
+    }
+    this.config.setValues(
+      training_config && typeof training_config === 'object' ? (training_config as Record<string, unknown>) : {}
+    );
   }
 
   /** The cluster the job goes to. */
@@ -262,6 +312,7 @@ export class CreateJobForm {
   }
 
   private readonly _planOut: HTMLDivElement;
+  private readonly _templates: readonly ITemplate[];
   private _jobType: JobType = 'train';
   private _cluster: string;
   private readonly _tabs: HTMLDivElement;

@@ -42,6 +42,8 @@ export interface IJobDetailViewOptions {
   onClone?: (job: IJobDetail) => void | Promise<unknown>;
   /** Shows "Export" (the job's spec as YAML that `%%train` accepts) calling this. */
   onExport?: (job: IJobDetail) => void | Promise<unknown>;
+  /** Shows "Save as template" (the job's spec under a name the form offers) calling this. */
+  onSaveTemplate?: (job: IJobDetail) => void | Promise<unknown>;
   /** Show the loss curve (default true). */
   showLossCurve?: boolean;
   /** Show the log tail (default true). */
@@ -80,6 +82,9 @@ export class JobDetailView {
     this._export = Private.button('export', "This job's spec as YAML that %%train and --config read", 'Export');
     this._export.style.display = options.onExport ? '' : 'none';
     this._export.addEventListener('click', () => this._job && void options.onExport?.(this._job));
+    this._template = Private.button('template', "Keep this job's settings as a template the Create Job form offers", 'Save as template');
+    this._template.style.display = options.onSaveTemplate ? '' : 'none';
+    this._template.addEventListener('click', () => this._job && void options.onSaveTemplate?.(this._job));
 
     this._message = h('div', { class: `${VIEW_CLASS}-message` });
     this._error = h('pre', { class: `${VIEW_CLASS}-error` });
@@ -200,7 +205,7 @@ export class JobDetailView {
       this._title,
       this._badge,
       h('span', { class: `${CSS_PREFIX}-spacer` }),
-      h('span', { class: `${VIEW_CLASS}-actions` }, this._clone, this._export, this._resume, this._cancel)
+      h('span', { class: `${VIEW_CLASS}-actions` }, this._clone, this._template, this._export, this._resume, this._cancel)
     );
     this.node.append(
       header,
@@ -240,6 +245,7 @@ export class JobDetailView {
     this._resume.disabled = true;
     this._clone.disabled = true;
     this._export.disabled = true;
+    this._template.disabled = true;
     for (const el of [this._queued, this._advice, this._traceback, this._curve]) {
       el.style.display = 'none';
     }
@@ -259,7 +265,7 @@ export class JobDetailView {
     this._cancel.textContent = this._cancelling ? 'Cancelling\u2026' : 'Cancel';
     const checkpointsKnown = (job.checkpoints ?? []).length > 0;
     this._resume.disabled = this._resuming || isActive(job.status) || !checkpointsKnown;
-    this._clone.disabled = this._export.disabled = false;
+    this._clone.disabled = this._export.disabled = this._template.disabled = false;
   }
 
   /** The message, error, why queued, advice and traceback lines (each hidden when empty). */
@@ -333,6 +339,7 @@ export class JobDetailView {
   private readonly _resume: HTMLButtonElement;
   private readonly _clone: HTMLButtonElement;
   private readonly _export: HTMLButtonElement;
+  private readonly _template: HTMLButtonElement;
   private readonly _queued: HTMLDivElement;
   private readonly _advice: HTMLDivElement;
   private readonly _curve: HTMLDivElement;

@@ -87,6 +87,9 @@ export type IClusterInfo = Api.ClusterInfo;
 /** `GET /clusters` (`ClusterList`). */
 export type IClusterList = Api.ClusterList;
 
+/** A saved spec ("Save as template"; `GET /templates` item, `Template`). */
+export type ITemplate = Api.Template;
+
 /** `GET .../jobs/{name}/spec`: the submitted spec, and as YAML (`SpecExport`). */
 export type ISpecExport = Api.SpecExport;
 

@@ -20,6 +20,7 @@ import {
   IResumeOptions,
   ISchemaBundle,
   ISpecExport,
+  ITemplate,
   ICurves,
   ITensorBoard
 } from './model';
@@ -99,6 +100,14 @@ export class RestTransport implements ITransport {
         socket.close();
       }
     };
+  }
+
+  async listTemplates(): Promise<ITemplate[]> {
+    return (await this._request<{ templates: ITemplate[] }>('GET', ['templates'])).templates ?? [];
+  }
+
+  saveTemplate(name: string, spec: Record<string, unknown>): Promise<ITemplate> {
+    return this._request<ITemplate>('PUT', ['templates', name], { spec });
   }
 
   getSpec(cluster: string, name: string): Promise<ISpecExport> {

@@ -131,6 +131,15 @@ export class TrainingConfigForm {
   /** The root element. */
   readonly node: HTMLDivElement;
 
+  /** Replace what is set with `values` (a template's training_config); every other field back to unset. */
+  setValues(values: Record<string, unknown>): void {
+    const defaults = Object.fromEntries(this.form.fields.map(f => [f.name, f.hasDefault ? f.default : null]));
+    this.form.setValues({ ...defaults, ...values });
+    this._set = new Set(Object.keys(values));
+    this.textarea.value = Object.keys(values).length ? JSON.stringify(values, null, 2) : '';
+    this._applyVisibility();
+  }
+
   /** The job type (the LoRA fields apply to an automatic method on a fine-tune). */
   set jobType(value: string) {
     this._jobType = value;

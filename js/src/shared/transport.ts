@@ -15,6 +15,7 @@ import {
   IResumeOptions,
   ISchemaBundle,
   ISpecExport,
+  ITemplate,
   ICurves,
   ITensorBoard
 } from './model';
@@ -65,6 +66,10 @@ export interface ITransport {
    * (the job ended, or no tail could be opened). Absent where the transport has no live tail.
    */
   tailLogs?(cluster: string, name: string, handlers: ILogTailHandlers): { close(): void };
+  /** Saved specs, by name; absent where there is no template store. */
+  listTemplates?(): Promise<ITemplate[]>;
+  /** Save a spec (less its job name) as a template, replacing one of that name. */
+  saveTemplate?(name: string, spec: Record<string, unknown>): Promise<ITemplate>;
   /** Who the server says is asking (the owner of the jobs they create), once the clusters were listed. */
   readonly user?: string | null;
   /** Start (or find) the TensorBoard of the job's checkpoint folder; absent where it cannot be shown. */

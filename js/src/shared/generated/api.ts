@@ -695,6 +695,27 @@ export interface SpecExport {
   yaml: string;
 }
 /**
+ * A saved spec (`$CLEVERTHIS_HOME/templates/<name>.yaml`): every field but the job's name.
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "Template".
+ */
+export interface Template {
+  name: string;
+  spec: {
+    [k: string]: unknown;
+  };
+}
+/**
+ * `GET /templates`, by name.
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "TemplateList".
+ */
+export interface TemplateList {
+  templates: Template[];
+}
+/**
  * `GET .../jobs/{name}/tensorboard`: where the TensorBoard of the job's records is (the server's proxy, same
  * origin), the folder it shows and the job's run in it.
  *
