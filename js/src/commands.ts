@@ -66,6 +66,9 @@ export function addCommands(app: JupyterFrontEnd, context: ICommandContext): voi
     caption: 'Create a training or fine-tuning job on the selected cluster',
     icon: trainingIcon,
     execute: async args => {
+      if (!args.cluster && !panel.cluster) {
+        await panel.refresh(); // a click before the panel's first answer: wait for the cluster list
+      }
       const cluster = (args.cluster as string | undefined) || panel.cluster;
       if (!cluster) {
         await showErrorMessage('No cluster', 'No Ray cluster is available to run the job on.');

@@ -78,7 +78,7 @@ def test_widgets_create_follow_and_detail(page: Page, shots, console_errors, lab
     expect(form_cell.locator(".jp-CleverThis-JobDetail-name")).to_be_visible(timeout=180_000)
     expect(form_cell.locator(".jp-CleverThis-JobDetail-name")).to_have_text(name)
     expect(form).to_be_hidden()
-    expect(form_cell.locator(".jp-CleverThis-formError")).to_be_hidden()
+    expect(form_cell.locator(".jp-CleverThis-formError:visible")).to_have_count(0)
     expect(badge).to_be_visible()
     shots("form-job-created")
     seen = [badge.inner_text()]

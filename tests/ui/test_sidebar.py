@@ -106,7 +106,7 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
     method.select_option(label="\u2014")
     field(advanced, "lora_r").locator("input").fill("8")
     advanced.locator(".jp-CleverThis-jsonToggle").check()
-    tc_json = advanced.locator("textarea")
+    tc_json = advanced.locator("textarea.jp-CleverThis-configJson")
     expect(tc_json).to_be_visible()
     assert json.loads(tc_json.input_value()) == {"lora_r": 8}  # only what was set, not ~30 defaults
     advanced.locator(".jp-CleverThis-jsonToggle").uncheck()

@@ -92,7 +92,7 @@ export class TrainingConfigForm {
     this._set = new Set(Object.keys(values));
     this._jobType = options.jobType ?? 'finetune';
     this.textarea = h('textarea', {
-      class: `jp-mod-styled ${CSS_PREFIX}-json`,
+      class: `jp-mod-styled ${CSS_PREFIX}-json ${CSS_PREFIX}-configJson`,
       name: 'training_config',
       rows: 10,
       spellcheck: 'false',
