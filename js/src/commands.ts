@@ -118,76 +118,87 @@ export function addCommands(app: JupyterFrontEnd, context: ICommandContext): voi
     }
   });
 
-  commands.addCommand(CommandIDs.cloneJob, {
-    label: 'Create Job from This Job\u2026',
-    caption: "The create form, prefilled with the job's spec and a new name",
-    isEnabled: args => !!target(args),
-    execute: async args => {
-      const job = target(args);
-      if (!job) {
-        return null;
-      }
-      try {
-        const shown = tabs.find(job.cluster, job.name)?.detail.job;
-        const spec = shown?.spec || (await transport.getSpec(job.cluster, job.name)).spec;
-        const { cluster: _cluster, job_type, ...fields } = spec as Record<string, unknown>;
-        // what was left unset stays unset (the form shows its default), the rest is the job's
-        const values: Record<string, unknown> = Object.fromEntries(
-          Object.entries(fields).filter(([, v]) => v !== null && v !== undefined)
-        );
-        values.name = cloneName(job.name, panel.table.jobs.map(j => j.name));
-        return await commands.execute(CommandIDs.createJob, { cluster: job.cluster, job_type, values } as any);
-      } catch (err) {
-        await showErrorMessage('Cannot copy the job', errorMessage(err));
-        return null;
-      }
-    }
-  });
+  /** The spec of a job: the one its open tab shows, else the server's. */
+  const specOf = async (job: { cluster: string; name: string }): Promise<Record<string, unknown>> =>
+    (tabs.find(job.cluster, job.name)?.detail.job?.spec as Record<string, unknown> | undefined) ||
+    (await transport.getSpec(job.cluster, job.name)).spec;
 
-  commands.addCommand(CommandIDs.exportJob, {
-    label: 'Export Training Job Spec (YAML)\u2026',
-    caption: "The job's spec as YAML that %%train and `cleverthis-train create --config` read",
-    isEnabled: args => !!target(args),
-    execute: async args => {
-      const job = target(args);
-      if (!job) {
-        return null;
-      }
-      try {
-        const exported = await transport.getSpec(job.cluster, job.name);
-        const body = new Widget({
-          node: h(
-            'div',
-            null,
-            h('p', null, `Paste into a %%train cell, or save as a file for cleverthis-train create --config.`),
-            h('pre', { class: 'jp-CleverThis-exportYaml' }, exported.yaml)
-          )
-        });
-        const result = await showDialog({
-          title: `Spec of ${job.name}`,
-          body,
-          buttons: [Dialog.cancelButton({ label: 'Close' }), Dialog.okButton({ label: 'Copy' })]
-        });
-        if (result.button.accept) {
-          Clipboard.copyToSystem(exported.yaml);
+  /** A command on one job (`args`, else the current tab's); its failure is shown under `failure`. */
+  const jobCommand = (
+    id: string,
+    label: string,
+    caption: string,
+    failure: string,
+    run: (job: { cluster: string; name: string }) => Promise<unknown>
+  ): void => {
+    commands.addCommand(id, {
+      label,
+      caption,
+      isEnabled: args => !!target(args),
+      execute: async args => {
+        const job = target(args);
+        if (!job) {
+          return null;
         }
-        return exported.yaml;
-      } catch (err) {
-        await showErrorMessage('Cannot export the job', errorMessage(err));
-        return null;
+        try {
+          return await run(job);
+        } catch (err) {
+          await showErrorMessage(failure, errorMessage(err));
+          return null;
+        }
       }
-    }
-  });
+    });
+  };
 
-  commands.addCommand(CommandIDs.saveTemplate, {
-    label: 'Save Training Job as Template\u2026',
-    caption: "Keep the job's spec under a name; the Create Job form offers it",
-    isEnabled: args => !!target(args),
-    execute: async args => {
-      const job = target(args);
-      if (!job) {
-        return null;
+  jobCommand(
+    CommandIDs.cloneJob,
+    'Create Job from This Job\u2026',
+    "The create form, prefilled with the job's spec and a new name",
+    'Cannot copy the job',
+    async job => {
+      const { cluster: _cluster, job_type, ...fields } = await specOf(job);
+      // what was left unset stays unset (the form shows its default), the rest is the job's
+      const values: Record<string, unknown> = Object.fromEntries(
+        Object.entries(fields).filter(([, v]) => v !== null && v !== undefined)
+      );
+      values.name = cloneName(job.name, panel.table.jobs.map(j => j.name));
+      return commands.execute(CommandIDs.createJob, { cluster: job.cluster, job_type, values } as any);
+    }
+  );
+
+  jobCommand(
+    CommandIDs.exportJob,
+    'Export Training Job Spec (YAML)\u2026',
+    "The job's spec as YAML that %%train and `cleverthis-train create --config` read",
+    'Cannot export the job',
+    async job => {
+      const exported = await transport.getSpec(job.cluster, job.name);
+      const body = new Widget({
+        node: h(
+          'div',
+          null,
+          h('p', null, 'Paste into a %%train cell, or save as a file for cleverthis-train create --config.'),
+          h('pre', { class: 'jp-CleverThis-exportYaml' }, exported.yaml)
+        )
+      });
+      const result = await showDialog({
+        title: `Spec of ${job.name}`,
+        body,
+        buttons: [Dialog.cancelButton({ label: 'Close' }), Dialog.okButton({ label: 'Copy' })]
+      });
+      if (result.button.accept) {
+        Clipboard.copyToSystem(exported.yaml);
       }
+      return exported.yaml;
+    }
+  );
+
+  jobCommand(
+    CommandIDs.saveTemplate,
+    'Save Training Job as Template\u2026',
+    "Keep the job's spec under a name; the Create Job form offers it",
+    'Cannot save the template',
+    async job => {
       const answer = await InputDialog.getText({
         title: 'Save as template',
         label: 'Template name (letters, digits, ., _ or -)',
@@ -196,20 +207,14 @@ export function addCommands(app: JupyterFrontEnd, context: ICommandContext): voi
       if (!answer.button.accept || !answer.value) {
         return null;
       }
-      try {
-        const shown = tabs.find(job.cluster, job.name)?.detail.job;
-        const spec = shown?.spec || (await transport.getSpec(job.cluster, job.name)).spec;
-        const saved = await transport.saveTemplate(answer.value, spec as Record<string, unknown>);
-        Notification.success(`Template \u201c${saved.name}\u201d saved: Create Job offers it under \u201cStart from template\u201d.`, {
-          autoClose: 8000
-        });
-        return saved;
-      } catch (err) {
-        await showErrorMessage('Cannot save the template', errorMessage(err));
-        return null;
-      }
+      const saved = await transport.saveTemplate(answer.value, await specOf(job));
+      Notification.success(
+        `Template \u201c${saved.name}\u201d saved: Create Job offers it under \u201cStart from template\u201d.`,
+        { autoClose: 8000 }
+      );
+      return saved;
     }
-  });
+  );
 
   commands.addCommand(CommandIDs.cancelJob, {
     label: 'Cancel Training Job',
