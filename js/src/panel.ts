@@ -304,10 +304,13 @@ export class TrainingPanel extends Widget {
     const running = status === 'running';
     this._notRunning.style.display = running ? 'none' : '';
     this.node.dataset.clusterStatus = status ?? 'unknown';
-    if (running) {
+    const info = this._clusters.find(c => c.name === cluster);
+    // rebuilt only when what it says changes (not on every refresh: a Start button must not vanish under a click)
+    const key = `${cluster}\u0000${status}\u0000${this._busy}\u0000${info?.address}\u0000${info?.managed}`;
+    if (running || key === this._notRunningKey) {
       return;
     }
-    const info = this._clusters.find(c => c.name === cluster);
+    this._notRunningKey = key;
     const name = `\u201c${cluster}\u201d`;
     const says =
       status === 'stopped'
@@ -356,6 +359,7 @@ export class TrainingPanel extends Widget {
   private _cluster: string | null = null;
   private _busy: ClusterAction | null = null;
   private readonly _notRunning: HTMLDivElement;
+  private _notRunningKey = '';
   private readonly _confirmStop?: (cluster: string) => Promise<boolean>;
   private _jobs: IJobSummary[] = [];
   private _errorFromRefresh = false;
