@@ -105,9 +105,28 @@ def dataset(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def job_name(request: pytest.FixtureRequest) -> str:
+def job_name(request: pytest.FixtureRequest) -> Iterator[str]:
     base = request.node.name.replace("_", "-").replace("[", "-").replace("]", "")[:40].strip("-")
-    return f"{base}-{int(time.time() * 1000) % 10_000_000}"
+    name = f"{base}-{int(time.time() * 1000) % 10_000_000}"
+    yield name
+    if "ray_cluster" in request.fixturenames:
+        _stop_leftover_jobs(name)
+
+
+def _stop_leftover_jobs(prefix: str) -> None:
+    """A test's jobs end with it: one that failed midway must not leave its jobs running on the shared head, where
+    they would starve the tests after it (seen in CI: a pre-flight timed out behind five orphaned jobs)."""
+    from jupyter_cleverthis.service.jobs import JobService
+    from jupyter_cleverthis.service.ray_client import TERMINAL_RAY_STATUSES
+
+    try:
+        client = JobService().client("local")
+        for info in client.list_jobs():
+            sid = info.submission_id or ""
+            if sid.startswith(prefix) and not str(info.status).endswith(TERMINAL_RAY_STATUSES):
+                client.stop_job(sid)
+    except Exception as e:  # the cleanup never hides the test's own result
+        print(f"could not stop the jobs of {prefix}: {e}")
 
 
 @pytest.fixture

@@ -53,6 +53,9 @@ __all__ = ["MARK", "JobService", "default_owner", "downsample", "phase_of", "sub
 log = logging.getLogger(__name__)
 
 SORT_KEYS = ("name", "created_at", "status", "elapsed_s", "owner")
+# How long a create waits for its pre-flight job: it starts Python on the head and reads the model's config, the
+# tokenizer and the dataset there, which on a head busy with other jobs' drivers takes minutes, not seconds.
+PREFLIGHT_TIMEOUT = float(os.environ.get("CLEVERTHIS_PREFLIGHT_TIMEOUT", "300"))
 
 
 class JobService:
@@ -129,11 +132,11 @@ class JobService:
                                 log_url=_log_url(cfg, spec.name))
 
     # -- helper jobs ------------------------------------------------------------------------------------------
-    def preflight(self, spec: JobSpec, *, quick: bool = False, timeout: float = 120.0) -> dict[str, Any]:
+    def preflight(self, spec: JobSpec, *, quick: bool = False, timeout: float = PREFLIGHT_TIMEOUT) -> dict[str, Any]:
         """Run the runtime's pre-flight on the cluster (a short Ray job on the head node) and return its answer."""
         return self._preflight(spec, self._runtime_env(spec), quick=quick, timeout=timeout)
 
-    def _preflight(self, spec: JobSpec, env: dict[str, Any], *, quick: bool, timeout: float = 120.0) -> dict[str, Any]:
+    def _preflight(self, spec: JobSpec, env: dict[str, Any], *, quick: bool, timeout: float = PREFLIGHT_TIMEOUT) -> dict[str, Any]:
         self.ensure_running(spec.cluster)
         return run_helper_job(self.client(spec.cluster), kind="preflight", entrypoint=preflight_entrypoint(quick),
                               runtime_env=env, answer="preflight", timeout=timeout, what="the pre-flight check")

@@ -3,6 +3,10 @@
 Ray stays the source of truth: the store can always be rebuilt from a job's log. Each job keeps the log
 offset parsed so far; events are unique by (src, seq), and a hole in a source's sequence numbers (a line
 lost on the way) makes the next refresh re-read the whole log.
+
+Several processes share one store (the Jupyter server and each kernel's `%train`, under one CLEVERTHIS_HOME):
+every write is one `BEGIN IMMEDIATE` transaction that reads the next event index inside it, and a writer waits
+for another's transaction (BUSY_TIMEOUT) instead of failing with "database is locked".
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +34,31 @@ CREATE TABLE IF NOT EXISTS cursors (
 """
 
 
+BUSY_TIMEOUT = 60.0  # seconds a writer waits for another process's transaction
+
+
 class EventStore:
     def __init__(self, path: str | Path = ":memory:") -> None:
         self.path = str(path)
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT)
         self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")  # durable enough under WAL: the log at Ray rebuilds it
         self._db.executescript(SCHEMA)
         self._lock = threading.RLock()
+
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        """One write transaction, taken at once (a deferred one could read a stale index, then fail to upgrade)."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
 
     def cursor(self, cluster: str, job: str) -> tuple[int, bool]:
         row = self._db.execute("SELECT log_offset, final FROM cursors WHERE cluster=? AND job=?",
@@ -45,45 +67,40 @@ class EventStore:
 
     def ingest(self, cluster: str, job: str, text: str, *, final: bool) -> int:
         """Parse the log past the stored offset; returns how many new events were stored."""
-        with self._lock:
-            offset, _ = self.cursor(cluster, job)
-            if len(text) < offset:  # a different (shorter) log: start over
-                offset = 0
-            end = len(text) if final else text.rfind("\n") + 1
-            added = 0
-            if end > offset:
-                added = self._add(cluster, job, parse_events(text[offset:end].splitlines()))
+        offset, _ = self.cursor(cluster, job)
+        restart = len(text) < offset  # a different (shorter) log: start over
+        if restart:
+            offset = 0
+        end = len(text) if final else text.rfind("\n") + 1
+        new = list(parse_events(text[offset:end].splitlines())) if end > offset else []
+        with self._write():
+            added = self._add(cluster, job, new)
             if self.gaps(cluster, job) and offset > 0:
                 # A line was lost between reads: re-read everything; (src, seq) uniqueness drops repeats.
                 added += self._add(cluster, job, parse_events(text[:end].splitlines()))
             self._db.execute("INSERT OR REPLACE INTO cursors VALUES (?, ?, ?, ?)",
-                             (cluster, job, max(end, offset), int(final)))
-            return added
+                             (cluster, job, end if restart else max(end, offset, self.cursor(cluster, job)[0]), int(final)))
+        return added
 
     def _add(self, cluster: str, job: str, evs: Any) -> int:
+        """Insert inside a `_write` transaction: the next index is read under the write lock."""
         row = self._db.execute("SELECT COALESCE(MAX(i), 0) FROM events WHERE cluster=? AND job=?",
                                (cluster, job)).fetchone()
         i = int(row[0])
         added = 0
-        self._db.execute("BEGIN")
-        try:
-            for ev in evs:
-                cur = self._db.execute(
-                    "INSERT OR IGNORE INTO events VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (cluster, job, i + 1, str(ev.get("src")), int(ev.get("seq", 0)), str(ev["type"]),
-                     json.dumps(ev, separators=(",", ":"))),
-                )
-                if cur.rowcount:
-                    i += 1
-                    added += 1
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
+        for ev in evs:
+            cur = self._db.execute(
+                "INSERT OR IGNORE INTO events VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (cluster, job, i + 1, str(ev.get("src")), int(ev.get("seq", 0)), str(ev["type"]),
+                 json.dumps(ev, separators=(",", ":"))),
+            )
+            if cur.rowcount:
+                i += 1
+                added += 1
         return added
 
     def add_events(self, cluster: str, job: str, evs: list[dict[str, Any]]) -> int:
-        with self._lock:
+        with self._write():
             return self._add(cluster, job, evs)
 
     def events(self, cluster: str, job: str, since: int = 0, types: tuple[str, ...] | None = None,
@@ -118,6 +135,6 @@ class EventStore:
         return out
 
     def forget(self, cluster: str, job: str) -> None:
-        with self._lock:
+        with self._write():
             self._db.execute("DELETE FROM events WHERE cluster=? AND job=?", (cluster, job))
             self._db.execute("DELETE FROM cursors WHERE cluster=? AND job=?", (cluster, job))

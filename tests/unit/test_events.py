@@ -83,3 +83,33 @@ def test_secrets_of_the_server_environment_never_reach_a_job(monkeypatch):
     text = json.dumps(env)
     assert not [v for v in secrets.values() if v in text]
     assert env["env_vars"]["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9000"
+
+
+def _writer(path: str, k: int, text: str) -> None:
+    """One process of several writing the same job: its own source's events in small batches, and the shared log."""
+    store = EventStore(path)
+    for start in range(1, 201, 5):
+        store.add_events("c", "j", [{"src": f"p{k}", "seq": s, "type": "step"} for s in range(start, start + 5)])
+        store.ingest("c", "j", text[: len(text) * start // 200], final=False)
+
+
+def test_store_shared_by_processes_loses_and_repeats_nothing(tmp_path):
+    """The Jupyter server and kernels write one store: no "database is locked", no index given twice, no event lost."""
+    import multiprocessing
+
+    path = str(tmp_path / "e.sqlite")
+    EventStore(path)  # the schema, before the writers race for it
+    text = "".join(_line("rank0", s) for s in range(1, 101))
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(path, k, text)) for k in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    store = EventStore(path)
+    store.ingest("c", "j", text, final=True)
+    evs = store.events("c", "j")
+    assert [e["i"] for e in evs] == list(range(1, 4 * 200 + 100 + 1))
+    assert sorted(e["seq"] for e in evs if e["src"] == "rank0") == list(range(1, 101))
+    assert store.gaps("c", "j") == {}
