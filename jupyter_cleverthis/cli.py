@@ -27,9 +27,9 @@ from typing import Any
 
 from .errors import BadRequest, CleverThisError, InvalidSpec
 from .spec import JobSpec, JobStatus
-from .text import detail_text, download_text, jobs_table, progress_line
+from .text import detail_text, download_text, fmt_bytes, jobs_table, progress_line
 
-SUBCOMMANDS = ("create", "list", "show", "logs", "cancel", "resume", "cluster", "download", "setup")
+SUBCOMMANDS = ("create", "list", "show", "logs", "cancel", "resume", "export", "cluster", "download", "setup")
 
 
 class UsageError(CleverThisError):
@@ -102,6 +102,13 @@ def build_parser(prog: str = "cleverthis-train") -> argparse.ArgumentParser:
     rs.add_argument("--new-name", dest="new_name", default=None, help="default: NAME-resume-N")
     rs.add_argument("--wait", action="store_true", help="block until the new job ends; exit non-zero unless succeeded")
     rs.add_argument("--json", action="store_true", help="print the new job as JSON")
+
+    ex = sub.add_parser("export", help="write a checkpoint as a standalone merged fp16/bf16 model folder")
+    ex.add_argument("name")
+    cluster_opt(ex)
+    ex.add_argument("--checkpoint", default=None, help="a checkpoint of the job (default: its last, e.g. epoch-final)")
+    ex.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
+    ex.add_argument("--json", action="store_true")
 
     dl = sub.add_parser("download", help="pre-fetch a Hugging Face model into the model cache of every node")
     dl.add_argument("model", help="Hub model id, e.g. meta-llama/Llama-2-7b-hf")
@@ -274,6 +281,21 @@ def _resume(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:
                                              f"epoch(s) ({d.status.value})")
 
 
+def _export(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:
+    checkpoint = a.checkpoint
+    if checkpoint is None:  # the job's result: its final checkpoint once it has one, else the newest
+        ckpts = svc.get(a.cluster, a.name).checkpoints
+        final = [c for c in ckpts if "epoch-final" in c.marks]
+        checkpoint = (final or ckpts or [None])[-1]
+        if checkpoint is None:
+            raise BadRequest(f"job '{a.name}' has no checkpoint yet", details={"field": "checkpoint"})
+        checkpoint = checkpoint.name
+    r = svc.export(a.cluster, a.name, checkpoint, a.dtype)
+    out(r.model_dump_json(indent=2) if a.json else
+        f"[{a.name}] {checkpoint} exported as {r.dtype} to {r.path} ({fmt_bytes(r.size_bytes)})")
+    return r
+
+
 def _cancel(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:
     d = svc.cancel(a.cluster, a.name)
     out(f"[{d.name}] cancel requested ({d.status.value})")
@@ -330,7 +352,7 @@ def _setup(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, Callable[[str], None], Any], Any]] = {
-    "create": _create, "list": _list, "show": _show, "logs": _logs, "resume": _resume, "cancel": _cancel,
+    "create": _create, "list": _list, "show": _show, "logs": _logs, "resume": _resume, "export": _export, "cancel": _cancel,
     "download": _download, "cluster": _cluster, "setup": _setup,
 }
 

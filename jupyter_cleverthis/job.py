@@ -69,6 +69,11 @@ class Job:
         d = self._svc.resume(self.cluster, self.name, epochs=epochs, new_name=name)
         return Job(d.name, self.cluster, service=self._svc)
 
+    def export(self, checkpoint: str, dtype: str = "bf16") -> Any:
+        """Export merged: `checkpoint` (e.g. "epoch-2") as a standalone fp16/bf16 model folder written on the
+        cluster; returns the ExportResult (its `path` loads with AutoModelForCausalLM)."""
+        return self._svc.export(self.cluster, self.name, checkpoint, dtype)
+
     def wait(self, timeout: float | None = None) -> JobDetail:
         return self._svc.wait(self.cluster, self.name, timeout=timeout)
 

@@ -64,7 +64,7 @@ class TrainMagics(Magics):
         result = execute(a, print, service=svc)
         if cmd in ("create", "show", "cancel", "resume"):
             return Job(result.name, a.cluster if cmd != "create" else result.cluster, service=svc)
-        return result if cmd == "list" else None
+        return result if cmd in ("list", "export") else None
 
     def _create_from_cell(self, line: str, cell: str) -> Any:
         from .widgets import JobProgress, LossCurve

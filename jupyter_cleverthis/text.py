@@ -46,14 +46,41 @@ def detail_text(d: Any) -> str:
               "workers"):
         lines.append(f"  {k}: {getattr(d, k)}")
     lines.append(f"  elapsed: {fmt_duration(d.elapsed_s)}")
+    if d.advice:
+        lines.append(f"  advice: {d.advice}")
+    lines.extend(f"  fix: {f.label} ({f.why})" for f in d.fixes)
+    if d.status == JobStatus.QUEUED and d.queued_reason is not None:
+        lines.append(f"  why queued: {d.queued_reason.message}")
+        lines.extend(f"    - {s}" for s in d.queued_reason.suggestions)
     if d.curve is not None:
         lines.append(f"  loss curve: {d.curve.advice}")
     if d.checkpoint_dir:
         lines.append(f"  checkpoints: {d.checkpoint_dir}")
     for c in d.checkpoints:
-        lines.append(f"    {c.name}: {c.path} (train loss {c.train_loss})")
+        lines.append(f"    {checkpoint_line(c)}")
     lines.append(f"  ray log: {d.log_url}")
     return "\n".join(lines)
+
+
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return "-"
+
+
+def checkpoint_line(c: Any) -> str:
+    """`epoch-2 [best, latest]: /path (epoch 2, step 20, train loss 1.23, validation loss 1.31, 4.1 MB)`."""
+    def loss(x: float | None) -> str:
+        return "-" if x is None else f"{x:.4f}"
+
+    marks = f" [{', '.join(c.marks)}]" if c.marks else ""
+    numbers = [f"epoch {c.epoch if c.epoch is not None else '-'}", f"step {c.step if c.step is not None else '-'}",
+               f"train loss {loss(c.train_loss)}", f"validation loss {loss(c.eval_loss)}", fmt_bytes(c.size_bytes)]
+    return f"{c.name}{marks}: {c.path} ({', '.join(numbers)})"
 
 
 def download_text(res: dict[str, Any]) -> str:

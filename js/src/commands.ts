@@ -129,7 +129,7 @@ export function addCommands(app: JupyterFrontEnd, context: ICommandContext): voi
     label: string,
     caption: string,
     failure: string,
-    run: (job: { cluster: string; name: string }) => Promise<unknown>
+    run: (job: { cluster: string; name: string }, args: Record<string, unknown>) => Promise<unknown>
   ): void => {
     commands.addCommand(id, {
       label,
@@ -141,7 +141,7 @@ export function addCommands(app: JupyterFrontEnd, context: ICommandContext): voi
           return null;
         }
         try {
-          return await run(job);
+          return await run(job, args as Record<string, unknown>);
         } catch (err) {
           await showErrorMessage(failure, errorMessage(err));
           return null;
@@ -153,10 +153,11 @@ export function addCommands(app: JupyterFrontEnd, context: ICommandContext): voi
   jobCommand(
     CommandIDs.cloneJob,
     'Create Job from This Job\u2026',
-    "The create form, prefilled with the job's spec and a new name",
+    "The create form, prefilled with the job's spec (or the `spec` given: a failure's fix) and a new name",
     'Cannot copy the job',
-    async job => {
-      const { cluster: _cluster, job_type, ...fields } = await specOf(job);
+    async (job, args) => {
+      const given = args.spec as Record<string, unknown> | undefined;
+      const { cluster: _cluster, job_type, ...fields } = given ?? (await specOf(job));
       // what was left unset stays unset (the form shows its default), the rest is the job's
       const values: Record<string, unknown> = Object.fromEntries(
         Object.entries(fields).filter(([, v]) => v !== null && v !== undefined)

@@ -56,6 +56,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       transport,
       confirmCancel,
       onClone: job => void commands.execute(CommandIDs.cloneJob, { cluster: job.cluster, name: job.name }),
+      onRetryWith: (job, fix) =>
+        void commands.execute(CommandIDs.cloneJob, { cluster: job.cluster, name: job.name, spec: fix.spec } as any),
       onExport: job => void commands.execute(CommandIDs.exportJob, { cluster: job.cluster, name: job.name }),
       onSaveTemplate: job => void commands.execute(CommandIDs.saveTemplate, { cluster: job.cluster, name: job.name })
     });

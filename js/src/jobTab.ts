@@ -10,7 +10,7 @@ import { Widget } from '@lumino/widgets';
 
 import { trainingIcon } from './icon';
 import { PanelActions } from './panelActions';
-import { CSS_PREFIX, CurveFollower, IJobDetail, ITransport, JobDetailView, errorMessage, h, isActive } from './shared';
+import { CSS_PREFIX, CurveFollower, IFix, IJobDetail, ITransport, JobDetailView, errorMessage, h, isActive } from './shared';
 
 /** Characters of log a tab keeps (the log view shows the last 200,000). */
 const MAX_LOG_CHARS = 400_000;
@@ -30,6 +30,8 @@ export interface IJobTabOptions {
   onClone?: (job: IJobDetail) => void;
   /** "Export"; hidden when omitted. */
   onExport?: (job: IJobDetail) => void;
+  /** A failure's fix ("Retry with QLoRA"): the create form with the fixed spec; no fix buttons when omitted. */
+  onRetryWith?: (job: IJobDetail, fix: IFix) => void;
   /** "Save as template"; hidden when omitted. */
   onSaveTemplate?: (job: IJobDetail) => void;
 }
@@ -62,8 +64,12 @@ export class JobTab extends Widget {
     this.detail = new JobDetailView({
       onCancel: job => this._actions.cancel(job),
       onResume: (job, checkpoint) => this._actions.resume(job, checkpoint),
+      onExportMerged: this.transport.exportCheckpoint
+        ? (job, checkpoint, dtype) => this.transport.exportCheckpoint!(job.cluster, job.name, checkpoint.name, dtype)
+        : undefined,
       onOpenTensorBoard: this.transport.openTensorBoard ? job => this._actions.openTensorBoard(job) : undefined,
       onClone: options.onClone,
+      onRetryWith: options.onRetryWith,
       onExport: options.onExport,
       onSaveTemplate: options.onSaveTemplate,
       lossCurve: { height: 360 } // the main area's width: a curve one can read

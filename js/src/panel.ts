@@ -69,7 +69,8 @@ export class TrainingPanel extends Widget {
         : undefined,
       showMine: !!options.currentUser,
       onClusterAction: this.transport.clusterAction ? action => void this.clusterAction(action) : undefined,
-      dashboardUrl: options.dashboardUrl
+      dashboardUrl: options.dashboardUrl,
+      listNodes: this.transport.listNodes ? cluster => this.transport.listNodes!(cluster) : undefined
     });
     this._confirmStop = options.confirmStop;
 
@@ -261,6 +262,7 @@ export class TrainingPanel extends Widget {
         this._showError(null, true);
         return;
       }
+      this._header.refreshNodes();
       const jobs = await this.transport.listJobs(cluster);
       if (generation === this._generation) {
         this._jobs = jobs;

@@ -5,7 +5,8 @@
  */
 import { launchIcon, refreshIcon } from '@jupyterlab/ui-components';
 
-import { CSS_PREFIX, IClusterInfo, IClusterResources, JOB_STATUSES, h } from './shared';
+import { NodesView } from './nodesView';
+import { CSS_PREFIX, IClusterInfo, IClusterResources, INodeResources, JOB_STATUSES, h } from './shared';
 
 /** The kinds of resource the header shows, in this order (a cluster without one shows none). */
 const RESOURCE_KINDS = ['CPU', 'GPU', 'memory'] as const satisfies readonly (keyof IClusterResources)[];
@@ -28,6 +29,8 @@ export interface IPanelHeaderOptions {
   onClusterAction?: (action: ClusterAction) => void;
   /** The URL of a cluster's dashboard through the server's proxy (the link shown once it runs). */
   dashboardUrl?: (cluster: string) => string;
+  /** The nodes of a running cluster (the "Nodes" section); no section when omitted. */
+  listNodes?: (cluster: string) => Promise<INodeResources[]>;
 }
 
 /** What the Start / Stop button does. */
@@ -66,6 +69,7 @@ export class PanelHeader {
       'Ray dashboard'
     );
     this._dashboardLink.style.display = 'none';
+    this._nodes = options.listNodes ? new NodesView({ load: options.listNodes }) : null;
     this._error = h('div', { class: `${CSS_PREFIX}-errorBar`, role: 'alert' });
     this._error.style.display = 'none';
 
@@ -109,6 +113,7 @@ export class PanelHeader {
       ),
       this._progress,
       h('div', { class: `${CSS_PREFIX}-clusterInfo` }, this._resources, this._dashboardLink),
+      ...(this._nodes ? [this._nodes.node] : []),
       h(
         'div',
         { class: `${CSS_PREFIX}-toolbar` },
@@ -173,12 +178,18 @@ export class PanelHeader {
     this._clusterStatus.title = `Cluster status: ${status}`;
     this._clusterStatus.dataset.status = String(status);
     this._dashboardButton.disabled = !selected;
+    this._nodes?.setCluster(running ? selected : null);
     const resources = info?.resources;
     const parts = RESOURCE_KINDS.flatMap(name => {
       const r = resources?.[name];
       return r ? [`${name} ${Private.compact(r.free)}/${Private.compact(r.total)} free`] : [];
     });
     this._resources.textContent = info ? [info.address, ...parts].filter(Boolean).join(' \u00b7 ') : '';
+  }
+
+  /** Reload the "Nodes" section while it is open. */
+  refreshNodes(): void {
+    void this._nodes?.refresh();
   }
 
   /** Show (or hide, with null) the error bar. */
@@ -195,6 +206,7 @@ export class PanelHeader {
   private readonly _dashboardUrl?: (cluster: string) => string;
   private readonly _resources: HTMLDivElement;
   private readonly _error: HTMLDivElement;
+  private readonly _nodes: NodesView | null;
   private readonly _dashboardButton: HTMLButtonElement;
 }
 

@@ -95,7 +95,10 @@ export function makeJob(i: number, overrides: Partial<IJobSummary> = {}): IJobSu
 
 /** A checkpoint as the server lists it (fields it does not know are null). */
 export function makeCheckpoint(name: string, path: string, overrides: Partial<ICheckpoint> = {}): ICheckpoint {
-  return { name, path, epoch: null, step: null, train_loss: null, eval_loss: null, adapter_path: null, ...overrides };
+  return {
+    name, path, epoch: null, step: null, train_loss: null, eval_loss: null, adapter_path: null, size_bytes: null,
+    marks: [], snippet: null, ...overrides
+  };
 }
 
 export function makeDetail(overrides: Partial<IJobDetail> = {}): IJobDetail {
@@ -177,8 +180,17 @@ export function makeServing(overrides: Partial<IServing> & { model_path: string 
   return { lora_adapter_path: null, base_model: null, ...overrides };
 }
 
-export function makeQueuedReason(message: string): IQueuedReason {
-  return { requested: { workers: 1, per_worker: { CPU: 1 }, total: { CPU: 1 } }, free: { CPU: 0 }, nodes: [], message };
+export function makeQueuedReason(message: string, suggestions: string[] = []): IQueuedReason {
+  return {
+    requested: { workers: 1, per_worker: { CPU: 1 }, total: { CPU: 1 }, strategy: 'PACK' },
+    free: { CPU: 0 },
+    nodes: [],
+    message,
+    blockers: [],
+    suggestions,
+    fits_now: 0,
+    fits_ever: 1
+  };
 }
 
 /** A cluster's resources: the kinds given, the others null. */

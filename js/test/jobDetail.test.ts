@@ -102,8 +102,16 @@ describe('JobDetailView', () => {
 
   it('says why a job is queued, and shows advice and the traceback of a failure', () => {
     const view = new JobDetailView();
-    view.setJob(makeDetail({ status: 'queued', queued_reason: makeQueuedReason('waiting for 3 CPU: 2 free') }));
-    expect(view.node.querySelector('.jp-CleverThis-JobDetail-queued')?.textContent).toContain('waiting for 3 CPU');
+    const reason = makeQueuedReason('needs 3 workers \u00d7 1 CPU with PACK; node A has 2 free CPUs', [
+      'fewer workers: 2 would start now',
+      'wait for job other to end: its workers hold what this job needs'
+    ]);
+    view.setJob(makeDetail({ status: 'queued', queued_reason: reason }));
+    const queued = view.node.querySelector('.jp-CleverThis-JobDetail-queued')!;
+    expect(queued.querySelector('.jp-CleverThis-JobDetail-queuedMessage')?.textContent).toBe(
+      'Why queued: needs 3 workers \u00d7 1 CPU with PACK; node A has 2 free CPUs'
+    );
+    expect([...queued.querySelectorAll('li')].map(li => li.textContent)).toEqual(reason.suggestions);
     view.setJob(makeDetail({ status: 'failed', error: 'boom', error_kind: 'out_of_memory',
       advice: 'Try: 1. QLoRA', traceback: 'Traceback (most recent call last): ...' }));
     expect(view.node.querySelector('.jp-CleverThis-JobDetail-advice')?.textContent).toContain('[out_of_memory] Try: 1. QLoRA');
@@ -145,7 +153,70 @@ describe('JobDetailView', () => {
     await vi.waitFor(() => expect(onResume).toHaveBeenCalledTimes(2));
     expect((onResume.mock.calls[1] as unknown[])[1]).toMatchObject({ name: 'epoch-1' });
     expect(view.node.querySelector('[data-section="serving"]')?.textContent).toContain('epoch-2/adapter_model');
-    expect(view.node.querySelectorAll('.jp-CleverThis-copy').length).toBeGreaterThanOrEqual(3);
+    expect(view.node.querySelectorAll('.jp-CleverThis-copy').length).toBe(2); // one per path (load code: from the service)
+  });
+
+  it("offers a failure's fixes from the service as buttons that open the create form with the fixed spec", () => {
+    const onRetryWith = vi.fn();
+    const view = new JobDetailView({ onRetryWith });
+    const qlora = { label: 'Retry with QLoRA', patch: { training_config: { method: 'qlora' } }, why: '4-bit base weights',
+      spec: { name: 'j', training_config: { method: 'qlora' as const } } };
+    const half = { label: 'Retry with half the batch size', patch: { batch_size: 4 }, why: null, spec: { name: 'j', batch_size: 4 } };
+    view.setJob(makeDetail({ status: 'failed', error: 'CUDA out of memory', error_kind: 'out_of_memory', fixes: [qlora, half] }));
+    const buttons = [...view.node.querySelectorAll<HTMLButtonElement>('.jp-CleverThis-JobDetail-fix')];
+    expect(buttons.map(b => b.textContent)).toEqual(['Retry with QLoRA', 'Retry with half the batch size']);
+    expect(buttons[0].title).toBe('4-bit base weights');
+    buttons[1].click();
+    expect(onRetryWith).toHaveBeenCalledWith(view.job, half);
+    view.setJob(makeDetail({ status: 'running', fixes: [] }));
+    expect((view.node.querySelector('.jp-CleverThis-JobDetail-fixes') as HTMLElement).style.display).toBe('none');
+  });
+
+  it('exports a LoRA checkpoint merged, in the chosen precision, and says where it went or why not', async () => {
+    const onExportMerged = vi.fn(async (_job: unknown, ckpt: { name: string }, dtype: string) => ({
+      job: 'j', checkpoint: ckpt.name, source: `/d/${ckpt.name}`, path: `/d/exports/${ckpt.name}-merged-${dtype}`, dtype, size_bytes: 10
+    }));
+    const view = new JobDetailView({ onExportMerged });
+    view.setJob(makeDetail({ status: 'succeeded', checkpoints: [
+      makeCheckpoint('epoch-1', '/d/epoch-1', { adapter_path: '/d/epoch-1/adapter_model' }),
+      makeCheckpoint('full', '/d/full')
+    ] }));
+    const buttons = view.node.querySelectorAll<HTMLButtonElement>('.jp-CleverThis-JobDetail-exportMerged-button');
+    expect(buttons).toHaveLength(1); // only the checkpoint with an adapter
+    (view.node.querySelector('.jp-CleverThis-JobDetail-exportMerged-dtype') as HTMLSelectElement).value = 'fp16';
+    buttons[0].click();
+    const status = view.node.querySelector('.jp-CleverThis-JobDetail-exportMerged-status') as HTMLElement;
+    expect(status.textContent).toContain('Exporting epoch-1 as fp16');
+    await vi.waitFor(() => expect(status.dataset.state).toBe('done'));
+    expect(status.textContent).toBe('Exported epoch-1 as fp16: /d/exports/epoch-1-merged-fp16');
+    expect(onExportMerged.mock.calls[0][2]).toBe('fp16');
+    onExportMerged.mockRejectedValueOnce(new Error("job 'j' has no checkpoint 'epoch-1'"));
+    view.setJob(view.job!); // a refresh re-renders the list: the control keeps its state
+    (view.node.querySelector('.jp-CleverThis-JobDetail-exportMerged-button') as HTMLButtonElement).click();
+    await vi.waitFor(() => expect(status.dataset.state).toBe('error'));
+    expect(status.textContent).toContain("failed: job 'j' has no checkpoint 'epoch-1'");
+  });
+
+  it("lists each checkpoint with its numbers and links, and the service's code to load it", () => {
+    const view = new JobDetailView();
+    const load = (p: string) => `model = AutoModelForCausalLM.from_pretrained('${p}')`;
+    view.setJob(makeDetail({ status: 'succeeded', checkpoints: [
+      makeCheckpoint('epoch-1', '/d/epoch-1', { epoch: 1, step: 10, train_loss: 2.5, eval_loss: 2.25, size_bytes: 4_100_000,
+        marks: ['best'], snippet: load('/d/epoch-1') }),
+      makeCheckpoint('epoch-2', '/d/epoch-2', { epoch: 2, step: 20, train_loss: 2.125, size_bytes: 999,
+        marks: ['latest', 'epoch-final'], snippet: load('/d/epoch-2') })
+    ] }));
+    const items = [...view.node.querySelectorAll('.jp-CleverThis-JobDetail-checkpointList li')];
+    expect(items.map(li => li.querySelector('.jp-CleverThis-JobDetail-checkpointNumbers')?.textContent)).toEqual([
+      'epoch 1 \u00b7 step 10 \u00b7 train loss 2.5 \u00b7 validation loss 2.25 \u00b7 4.1 MB',
+      'epoch 2 \u00b7 step 20 \u00b7 train loss 2.125 \u00b7 999 B'
+    ]);
+    expect(items.map(li => [...li.querySelectorAll('.jp-CleverThis-JobDetail-checkpointMark')].map(m => m.textContent))).toEqual([
+      ['best'], ['latest', 'epoch-final']
+    ]);
+    expect(items[0].querySelector('.jp-CleverThis-JobDetail-copySnippet')?.textContent).toBe('Copy load code');
+    // the snippet shown under the list loads the job's final checkpoint
+    expect(view.node.querySelector('.jp-CleverThis-JobDetail-snippet pre')?.textContent).toBe(load('/d/epoch-2'));
   });
 
   it('says where the run was tracked, and the LoRA targets of the plan', () => {

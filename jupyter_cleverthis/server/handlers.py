@@ -3,6 +3,7 @@
 Routes (all under <base_url>cleverthis/api, all authenticated; see docs/rest-api.md):
   GET  /schema                                   JSON Schemas of the job spec and training config
   GET  /clusters                                 clusters with status and resources
+  GET  /clusters/{cluster}/nodes                 alive nodes: free and total resources, what each job holds
   GET  /templates                                saved specs;  PUT|DELETE /templates/{name}: save / remove one
   POST /clusters/{cluster}/up | /down            start / stop the managed local cluster
   POST /clusters/{cluster}/plan                  pre-flight plan for a spec, without submitting
@@ -17,6 +18,7 @@ Routes (all under <base_url>cleverthis/api, all authenticated; see docs/rest-api
   GET  /clusters/{cluster}/jobs/{name}/metrics   loss curves, downsampled (?max_points=&after_step=)
   GET  /clusters/{cluster}/jobs/{name}/tensorboard  {url} of the TensorBoard of the job's checkpoint folder
   GET  /clusters/{cluster}/jobs/{name}/spec      the job's submitted spec, also as YAML (clone, export)
+  POST /clusters/{cluster}/jobs/{name}/export    {checkpoint, dtype}: a standalone merged fp16/bf16 folder (201)
 Dashboard proxy: <base_url>cleverthis/proxy/{cluster}/{path} (configured clusters only).
 TensorBoard proxy: <base_url>cleverthis/tensorboard/{key}/{path} (GET and POST, both reads).
 """
@@ -48,6 +50,7 @@ from ..service.models import (
     EventsPage,
     JobPage,
     LogsPage,
+    NodeList,
     Preflight,
     SpecExport,
     Template,
@@ -217,6 +220,12 @@ class ClusterActionHandler(BaseHandler):
 _CLUSTER_ACTIONS: dict[str, threading.Lock] = {}
 
 
+class NodesHandler(BaseHandler):
+    @api
+    async def get(self, cluster: str) -> None:
+        self.reply_model(NodeList.model_validate({"nodes": await self.run(self.service.nodes, cluster)}))
+
+
 class JobsHandler(BaseHandler):
     @api
     async def get(self, cluster: str) -> None:
@@ -277,6 +286,19 @@ class ResumeHandler(BaseHandler):
         self.reply_model(detail, status=201)
 
 
+class ExportHandler(BaseHandler):
+    @api
+    async def post(self, cluster: str, name: str) -> None:
+        body = self.json_body()
+        checkpoint, dtype = body.get("checkpoint"), body.get("dtype", "bf16")
+        for key, value in (("checkpoint", checkpoint), ("dtype", dtype)):
+            if not isinstance(value, str) or not value:
+                raise BadRequest(f"{key} must be a checkpoint name" if key == "checkpoint" else "dtype must be bf16 or fp16",
+                                 details={"field": key})
+        result = await self.run(self.service.export, cluster, name, checkpoint, dtype, user=self.owner())
+        self.reply_model(result, status=201)
+
+
 class SpecHandler(BaseHandler):
     @api
     async def get(self, cluster: str, name: str) -> None:
@@ -330,6 +352,7 @@ def routes() -> list[tuple[str, type[Any]]]:
         (rf"{base}/clusters", ClustersHandler),
         (rf"{base}/clusters/({NAME})/(up|down)", ClusterActionHandler),
         (rf"{base}/clusters/({NAME})/plan", PlanHandler),
+        (rf"{base}/clusters/({NAME})/nodes", NodesHandler),
         (rf"{base}/clusters/({NAME})/jobs", JobsHandler),
         (job, JobHandler),
         (rf"{job}/cancel", CancelHandler),
@@ -340,6 +363,7 @@ def routes() -> list[tuple[str, type[Any]]]:
         (rf"{job}/metrics", MetricsHandler),
         (rf"{job}/tensorboard", TensorBoardHandler),
         (rf"{job}/spec", SpecHandler),
+        (rf"{job}/export", ExportHandler),
         (r"/cleverthis/proxy/([^/]+)/(.*)", DashboardProxyHandler),
         (r"/cleverthis/tensorboard/([^/]+)(/.*)", TensorBoardProxyHandler),
     ]

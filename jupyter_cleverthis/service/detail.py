@@ -25,6 +25,7 @@ from cleverthis_runtime.triage import advice_for, classify
 from ..spec import JobStatus
 from . import tensorboard
 from .diagnosis import curve_diagnosis
+from .fixes import fixes_for
 from .models import (
     Checkpoint,
     CurveDiagnosis,
@@ -36,6 +37,7 @@ from .models import (
     Serving,
     Tracking,
 )
+from .placement import explain
 from .ray_client import ray_status, short_message
 from .runtime_env import spec_of
 
@@ -124,6 +126,9 @@ def detail_of(cluster: str, info: Any, evs: list[dict[str, Any]], *, log_url: st
         detail.message = detail.stop_reason
     detail.log_url = log_url
     detail.serving = serving_values(detail, original_base)
+    base = original_base or (detail.spec or {}).get("base_model")
+    for c in detail.checkpoints:
+        c.snippet = load_snippet(c.path, c.adapter_path, base)
     found = curve_diagnosis([e for e in evs if e["type"] == "step"])
     detail.curve = CurveDiagnosis(**found) if found else None
     return detail
@@ -169,13 +174,28 @@ def _apply_event(detail: JobDetail, ev: dict[str, Any]) -> None:
         detail.stopped_early, detail.stop_reason = True, ev.get("reason")
     elif t == "step":
         detail.metrics = Metrics(**{k: ev.get(k) for k in Metrics.model_fields})
-    elif t == "checkpoint" and ev.get("name", "").startswith("epoch-") and ev.get("name") != "epoch-final":
-        detail.checkpoints.append(Checkpoint(**{k: ev.get(k) for k in Checkpoint.model_fields}))
+    elif t == "checkpoint" and ev.get("name") in LINKS:
+        _mark(detail.checkpoints, ev["name"], ev.get("target"))
+    elif t == "checkpoint" and ev.get("name", "").startswith("epoch-"):
+        detail.checkpoints.append(Checkpoint(**{k: ev.get(k) for k in Checkpoint.model_fields if k != "marks"}))
+        _mark(detail.checkpoints, "latest", ev.get("path"))
     elif t == "utilisation":
         _apply_utilisation(detail, ev)
     elif t == "error" and detail.error is None:
         detail.error, detail.error_kind = ev.get("message"), ev.get("kind")
         detail.traceback = ev.get("traceback")
+
+
+LINKS = ("best", "epoch-final")  # the folder's links a checkpoint event announces (`target`: the checkpoint)
+
+
+def _mark(checkpoints: list[Checkpoint], mark: str, target: str | None) -> None:
+    """Move `mark` to the checkpoint at `target` (a link points at one checkpoint at a time)."""
+    for c in checkpoints:
+        if mark in c.marks:
+            c.marks.remove(mark)
+        if target and os.path.normpath(c.path) == os.path.normpath(target):
+            c.marks.append(mark)
 
 
 def _apply_utilisation(detail: JobDetail, ev: dict[str, Any]) -> None:
@@ -195,23 +215,36 @@ def _explain_failure(detail: JobDetail, ray_message: str | None) -> None:
         detail.error_kind = classify(ray_message or "")[0]
     detail.error_kind = detail.error_kind or classify(detail.error)[0]
     detail.advice = advice_for(detail.error_kind)
+    detail.fixes = fixes_for(detail.error_kind, detail.spec)
 
 
-def why_queued(spec: dict[str, Any], resources: dict[str, Any] | None) -> QueuedReason:
-    """What a queued job asked for against what the cluster has free (`resources`: probes.cluster_resources)."""
+def why_queued(spec: dict[str, Any], nodes: list[dict[str, Any]] | None, own_job: str | None = None) -> QueuedReason:
+    """What a queued job asked for against each node's free resources (`nodes`: placement.cluster_nodes), what
+    blocks it and what would let it start (placement.explain)."""
     workers = int(spec.get("workers") or 1)
     per = {"CPU": float(spec.get("cpus_per_worker") or 1)}
     if spec.get("gpus_per_worker"):
         per["GPU"] = float(spec["gpus_per_worker"])
-    res = resources or {}
-    free = {k: v.get("free") for k, v in res.items() if k in per}
-    need = {k: v * workers for k, v in per.items()}
-    short = [k for k, v in need.items() if (free.get(k) or 0) < v]
-    text = (f"waiting for {', '.join(f'{need[k]:g} {k}' for k in short)}: "
-            f"{', '.join(f'{free.get(k) or 0:g} free' for k in short)}"
-            if short else "waiting for the workers to start")
-    return QueuedReason.model_validate({"requested": {"workers": workers, "per_worker": per, "total": need},
-                                        "free": free, "nodes": res.get("nodes"), "message": text})
+    strategy = str((spec.get("training_config") or {}).get("placement_strategy") or "PACK")
+    free = {k: sum(float((n.get(k) or {}).get("free") or 0) for n in nodes) for k in per} if nodes else {}
+    found = explain(workers, per, strategy, nodes, own_job)
+    return QueuedReason.model_validate({
+        "requested": {"workers": workers, "per_worker": per, "total": {k: v * workers for k, v in per.items()},
+                      "strategy": strategy},
+        "free": free, "nodes": nodes, **found})
+
+
+def load_snippet(path: str, adapter_path: str | None, base_model: str | None) -> str:
+    """Python that loads a checkpoint: its full (merged) weights, and for a LoRA checkpoint also the base model
+    with the adapter on top."""
+    lines = ["from transformers import AutoModelForCausalLM, AutoTokenizer",
+             f"model = AutoModelForCausalLM.from_pretrained({path!r})",
+             f"tokenizer = AutoTokenizer.from_pretrained({path!r})"]
+    if adapter_path and base_model:
+        lines += ["# or the base model with the LoRA adapter on top:", "from peft import PeftModel",
+                  f"base = AutoModelForCausalLM.from_pretrained({base_model!r})",
+                  f"model = PeftModel.from_pretrained(base, {adapter_path!r})"]
+    return "\n".join(lines)
 
 
 def serving_values(d: JobDetail, original_base: str | None = None) -> Serving | None:

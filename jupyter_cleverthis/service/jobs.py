@@ -32,9 +32,11 @@ from .detail import (
     summary_of,
     why_queued,
 )
+from .exports import export_checkpoint
 from .helper_jobs import Progress, download_entrypoint, preflight_entrypoint, run_helper_job
-from .models import JobDetail, JobSummary
-from .probes import cluster_resources, ray_version
+from .models import ExportResult, JobDetail, JobSummary
+from .placement import cluster_nodes
+from .probes import ray_version
 from .ray_client import (
     MARK,
     TERMINAL_RAY_STATUSES,
@@ -78,6 +80,14 @@ class JobService:
 
     def ensure_running(self, cluster: str) -> ClusterConfig:
         return ensure_running(self.cluster(cluster))
+
+    def nodes(self, cluster: str) -> list[dict[str, Any]]:
+        """The cluster's alive nodes with their free and total resources and what each job holds on them."""
+        cfg = self.ensure_running(cluster)
+        found = cluster_nodes(cfg)
+        if found is None:
+            raise ClusterError(f"cluster '{cluster}' did not say what its nodes have (its dashboard did not answer)")
+        return found
 
     def info(self, cluster: str, name: str) -> Any:
         """Ray's record of job `name` on `cluster`, or None when Ray has none."""
@@ -155,6 +165,11 @@ class JobService:
             runtime_env=runtime_env.helper_runtime_env(), progress=progress,
         )
 
+    def export(self, cluster: str, name: str, checkpoint: str, dtype: str = "bf16", *,
+               user: str | None = None) -> ExportResult:
+        """Export merged: checkpoint `checkpoint` of job `name` as a standalone fp16/bf16 folder (exports.py)."""
+        return export_checkpoint(self, cluster, name, checkpoint, dtype, user=user)
+
     # -- read -------------------------------------------------------------------------------------------------
     def list(self, cluster: str, *, status: str | None = None, owner: str | None = None,
              sort: str = "-created_at", offset: int = 0, limit: int | None = None) -> list[JobSummary]:
@@ -191,7 +206,7 @@ class JobService:
         detail = detail_of(cluster, info, self._refresh_events(cluster, name, info),
                            log_url=_log_url(self.cluster(cluster), info.job_id or name))
         if detail.status == JobStatus.QUEUED:
-            detail.queued_reason = why_queued(detail.spec or {}, cluster_resources(self.cluster(cluster)))
+            detail.queued_reason = why_queued(detail.spec or {}, cluster_nodes(self.cluster(cluster)), name)
         return detail
 
     def spec(self, cluster: str, name: str) -> dict[str, Any]:

@@ -46,11 +46,32 @@ class ResourceUsage(Record):
     free: float
 
 
+class NodeUse(Record):
+    """What one job's placement groups hold on a node."""
+
+    job: str
+    CPU: float | None = None
+    GPU: float | None = None
+
+
 class NodeResources(Record):
+    """One alive node. `name` (its address), `head` and `used_by` are filled where the state API was asked
+    (`GET /clusters/{cluster}/nodes`, a queued job's reason); the cluster list gives the resources only."""
+
     node_id: str
+    name: str | None = None
+    ip: str | None = None
+    head: bool = False
     CPU: ResourceUsage | None = None
     GPU: ResourceUsage | None = None
     memory: ResourceUsage | None = None
+    used_by: list[NodeUse] | None = None
+
+
+class NodeList(BaseModel):
+    """`GET /clusters/{cluster}/nodes`: the alive nodes, the head first."""
+
+    nodes: list[NodeResources]
 
 
 class ClusterResources(Record):
@@ -107,6 +128,10 @@ class SpecExport(BaseModel):
 
 
 class Checkpoint(BaseModel):
+    """A checkpoint the job wrote, with its numbers; `marks`: which of the folder's links point at it (`best`:
+    the lowest validation loss, `epoch-final`: the job's last, `latest`: the newest written); `snippet`: Python that
+loads it (with PeftModel too where it holds a LoRA adapter)."""
+
     name: str
     path: str
     epoch: int | None = None
@@ -114,6 +139,20 @@ class Checkpoint(BaseModel):
     train_loss: float | None = None
     eval_loss: float | None = None
     adapter_path: str | None = None
+    size_bytes: int | None = None
+    marks: list[str] = []
+    snippet: str | None = None
+
+
+class ExportResult(BaseModel):
+    """`POST .../jobs/{name}/export`: the standalone merged model folder written on the cluster."""
+
+    job: str
+    checkpoint: str
+    source: str
+    path: str
+    dtype: str
+    size_bytes: int | None = None
 
 
 class Metrics(BaseModel):
@@ -150,16 +189,23 @@ class QueuedRequest(Record):
     workers: int
     per_worker: dict[str, float]
     total: dict[str, float]
+    strategy: str = "PACK"
 
 
 class QueuedReason(Record):
-    """Why a queued job waits (detail.why_queued): what it asked for against what the cluster has free (null where
-    the cluster does not say), the cluster's nodes, and the sentence the views show."""
+    """Why a queued job waits (detail.why_queued, placement.explain): its request against each node's free
+    resources. `message` is the sentence the views show, `blockers` says it node by node (and which jobs hold
+    what), `suggestions` what would let it start; `fits_now` / `fits_ever`: how many such workers could be placed
+    now / on the empty cluster (null where the cluster does not say)."""
 
     requested: QueuedRequest
     free: dict[str, float | None]
     nodes: list[NodeResources] | None = None
     message: str
+    blockers: list[str] = []
+    suggestions: list[str] = []
+    fits_now: int | None = None
+    fits_ever: int | None = None
 
 
 class Plan(Record):
@@ -223,6 +269,16 @@ class Tracking(Record):
 SubmittedSpec = Annotated[dict[str, Any], WithJsonSchema({"$ref": "#/$defs/JobSpec"}, mode="serialization")]
 
 
+class Fix(BaseModel):
+    """A change to a failed job's spec that its error's advice names ("Retry with QLoRA"): `patch` holds the
+    spec fields to set (training_config merged key by key, a null removing a key), `why` says what it saves."""
+
+    label: str
+    patch: dict[str, Any]
+    why: str | None = None
+    spec: SubmittedSpec | None = None  # the job's spec with the patch applied (what the create form opens with)
+
+
 class CurveDiagnosis(Record):
     """The page's loss-curve interpretation of the job's step losses so far (service/diagnosis.py)."""
 
@@ -240,6 +296,8 @@ class JobDetail(JobSummary):
     error: str | None = None
     error_kind: str | None = None
     advice: str | None = None
+    # what would fix the failure, as spec changes ("Retry with QLoRA"; service/fixes.py)
+    fixes: list[Fix] = []
     traceback: str | None = None
     queued_reason: QueuedReason | None = None
     serving: Serving | None = None
@@ -319,58 +377,12 @@ class TensorBoardLink(BaseModel):
     run: str
 
 
-# -- the pre-flight answer -------------------------------------------------------------------------------------------
-
-class FieldError(BaseModel):
-    """A problem with one field of the spec (`training_config.x` for a training config field; "" for the spec)."""
-
-    field: str
-    message: str
-
-
-class DatasetFacts(BaseModel):
-    format: str
-    examples: int
-    validation_examples: int = 0
-    files: list[str] = []
-
-
-class ChatTemplateChoice(BaseModel):
-    name: str
-    reason: str
-
-
-class TargetModulesChoice(BaseModel):
-    modules: str | list[str]
-    reason: str
-
-
-class PreviewRun(BaseModel):
-    """A run of an example's tokens as the model sees them; `trained`: they count toward the loss."""
-
-    text: str
-    trained: bool
-    tokens: int
-
-
-class Preflight(BaseModel):
-    """`POST /clusters/{cluster}/plan`: what the job would do, computed on the cluster (cleverthis_runtime.preflight):
-    field errors, warnings, the dataset's facts, token lengths, the merged training config, the checkpoint folder and
-    its owner, and the automatic plan. A fact the pre-flight could not establish (or skipped) is null."""
-
-    model_config = ConfigDict(extra="allow")
-    errors: list[FieldError] = []
-    warnings: list[str] = []
-    training_config_file: str | None = None
-    dataset: DatasetFacts | None = None
-    training_config: dict[str, Any] | None = None
-    checkpoint_dir: str | None = None
-    checkpoint_owner: str | None = None
-    resume_from: str | None = None
-    # sampled, min, max, mean, p50, p95, truncated
-    token_lengths: dict[str, float] | None = None
-    parameters: float | None = None
-    plan: Plan | None = None
-    chat_template: ChatTemplateChoice | None = None
-    lora_target_modules: TargetModulesChoice | None = None
-    preview: list[list[PreviewRun]] = []
+# The pre-flight answer lives in preflight_models.py (this module's size); served from here as before.
+from .preflight_models import (  # noqa: E402, F401
+    ChatTemplateChoice,
+    DatasetFacts,
+    FieldError,
+    Preflight,
+    PreviewRun,
+    TargetModulesChoice,
+)

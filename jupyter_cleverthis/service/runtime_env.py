@@ -23,6 +23,7 @@ from . import tfenv
 ENTRYPOINT = "python -m cleverthis_runtime"
 PREFLIGHT_ENTRYPOINT = "python -m cleverthis_runtime.preflight"
 DOWNLOAD_ENTRYPOINT = "python -m cleverthis_runtime.download"
+EXPORT_ENTRYPOINT = "python -m cleverthis_runtime.export"
 #: the Python environments a backend may name (Backend.environment), each with python() and check_ray_version()
 ENVIRONMENTS = {"tensorflow": tfenv}
 

@@ -18,7 +18,7 @@ from . import checkpoints, events
 from .backend import backend_for
 from .data import DatasetError, default_checkpoint_dir, exists, load_dataset, read_training_config
 from .spec import JobSpec, format_errors, merge_training_config
-from .triage import classify
+from .triage import classify_exception
 
 
 def prepare(spec: JobSpec, job: str) -> dict[str, Any]:
@@ -83,7 +83,7 @@ def main() -> int:
         return 1
     except Exception as e:  # the job's last word: classified, then the traceback for the log
         cause = _root_cause(e)
-        kind, _ = classify(f"{type(cause).__name__}: {cause}")
+        kind, _ = classify_exception(cause)
         events.emit("error", kind=kind, error_type=type(cause).__name__, message=str(cause),
                     traceback=traceback.format_exc()[-8000:])
         traceback.print_exc()

@@ -340,7 +340,8 @@ class EventsAndCheckpoints(TrainerCallback):
         self.last_path = path
         ev = self.emit("checkpoint", name=name, path=path, epoch=completed, step=step, partial=partial,
                        train_loss=self.last_loss, eval_loss=meta["eval_loss"], base_model=self.meta["base_model"],
-                       adapter_path=str(Path(path) / checkpoints.ADAPTER_DIR) if is_peft else None)
+                       adapter_path=str(Path(path) / checkpoints.ADAPTER_DIR) if is_peft else None,
+                       size_bytes=checkpoints.size_of(path))
         if partial and evaluated:  # a validation between epochs (eval_steps)
             self.best = checkpoints.link_best(self.ckpt_root, name, path, eval_loss=self.eval_loss, best=self.best,
                                               emit=self.emit)

@@ -256,6 +256,17 @@ def read_meta(path: str) -> dict[str, Any] | None:
         return None
 
 
+def size_of(path: str) -> int:
+    """Bytes of the files in a checkpoint folder (links not followed)."""
+    total = 0
+    for d, _, files in os.walk(path):
+        for f in files:
+            p = os.path.join(d, f)
+            if not os.path.islink(p):
+                total += os.path.getsize(p)
+    return total
+
+
 def publish(root: str, job: str, name: str, save: Any, meta: dict[str, Any]) -> str:
     """Write checkpoint `name` atomically and point `latest` at it; a failed write is a CheckpointError that
     names the folder and the newest checkpoint still intact."""

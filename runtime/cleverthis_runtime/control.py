@@ -138,7 +138,7 @@ def is_fatal(exc: BaseException) -> bool:
     """Errors that a restart from the last checkpoint would only repeat."""
     import errno
 
-    from .triage import classify
+    from .triage import classify_exception
 
     seen: set[int] = set()
     cur: BaseException | None = exc
@@ -150,7 +150,7 @@ def is_fatal(exc: BaseException) -> bool:
         if type(cur).__name__ in ("CheckpointError", "DatasetError", "ValidationError"):
             return True
         cur = cur.__cause__ or cur.__context__
-    kind, _ = classify(f"{type(exc).__name__}: {exc}")
+    kind, _ = classify_exception(exc)
     return kind in FATAL_KINDS
 
 
@@ -190,12 +190,12 @@ def report_error(e: BaseException, rank: int, control: WorkerControl, fatal_type
     """Fatal errors become the job's error (and end the job at once); others are retried by Ray Train."""
     import traceback
 
-    from .triage import classify
+    from .triage import classify_exception
 
     if isinstance(e, PeerCheckpointError):
         events.emit("worker_error", rank=rank, error_type=type(e).__name__, message=str(e))
         return
-    kind, _ = classify(f"{type(e).__name__}: {e}")
+    kind, _ = classify_exception(e)
     fatal = is_fatal(e) or isinstance(e, fatal_types)
     fields = {"kind": kind, "error_type": type(e).__name__, "message": str(e), "rank": rank, "fatal": fatal,
               "traceback": traceback.format_exc()[-8000:]}

@@ -161,10 +161,10 @@ def prefetch_here(repo_id: str, revision: str | None = None) -> dict[str, Any]:
         if out["path"]:
             out["bytes"] = _folder_bytes(out["path"])
     except Exception as e:
-        from .triage import classify
+        from .triage import classify_exception
 
         out.update(error=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:1000],
-                   kind=classify(f"{type(e).__name__}: {e}")[0])
+                   kind=classify_exception(e)[0])
     out["seconds"] = round(time.time() - t0, 2)
     return out
 

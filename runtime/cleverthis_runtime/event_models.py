@@ -192,6 +192,7 @@ class CheckpointEvent(Event):
     eval_loss: float | None = None
     base_model: str | None = None
     adapter_path: str | None = None
+    size_bytes: int | None = None
     framework: str | None = None
     target: str | None = None
 
@@ -313,11 +314,22 @@ class PreflightEvent(Event):
     warnings: list[str] = Field(default_factory=list)
 
 
+class ExportEvent(Event):
+    """The answer of an export helper job (export.py): the standalone fp16/bf16 folder written, or the error."""
+
+    type: Literal["export"]
+    source: str
+    path: str | None = None
+    dtype: str | None = None
+    size_bytes: int | None = None
+    error: str | None = None
+
+
 MODELS: tuple[type[Event], ...] = (
     PhaseEvent, ConfigEvent, WorkerEvent, ErrorEvent, WorkerErrorEvent, DatasetEvent, PackingEvent, PlanEvent,
     WarningEvent, ResumeEvent, RecoveryEvent, CheckpointEvent, StrategyEvent, TrackingEvent, StepEvent, EpochEvent,
     ValidationEvent, EarlyStopEvent, UtilisationEvent, DownloadProgressEvent, DownloadDoneEvent, DownloadEvent,
-    PreflightEvent,
+    PreflightEvent, ExportEvent,
 )
 BY_TYPE: dict[str, type[Event]] = {m.model_fields["type"].annotation.__args__[0]: m for m in MODELS}  # type: ignore[union-attr]
 
@@ -325,7 +337,7 @@ AnyEvent = Annotated[
     PhaseEvent | ConfigEvent | WorkerEvent | ErrorEvent | WorkerErrorEvent | DatasetEvent | PackingEvent
     | PlanEvent | WarningEvent | ResumeEvent | RecoveryEvent | CheckpointEvent | StrategyEvent | TrackingEvent
     | StepEvent | EpochEvent | ValidationEvent | EarlyStopEvent | UtilisationEvent | DownloadProgressEvent
-    | DownloadDoneEvent | DownloadEvent | PreflightEvent,
+    | DownloadDoneEvent | DownloadEvent | PreflightEvent | ExportEvent,
     Field(discriminator="type"),
 ]
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(AnyEvent)

@@ -97,7 +97,7 @@ class Writer:
         self.last_path = path
         ev = self.emit("checkpoint", name=name, path=path, epoch=completed, step=step, partial=partial,
                        train_loss=train_loss, eval_loss=eval_loss, base_model=self.meta["base_model"],
-                       adapter_path=None, framework="tensorflow")
+                       adapter_path=None, framework="tensorflow", size_bytes=checkpoints.size_of(path))
         if not partial:
             self.best = checkpoints.link_epoch(self.ckpt_root, name, path, completed=completed,
                                                planned_epochs=self.meta["planned_epochs"],

@@ -134,9 +134,9 @@ def _model_facts(spec: JobSpec, tc: TrainingConfig, ds: Any, out: dict[str, Any]
             model = AutoModelForCausalLM.from_config(cfg)
         params = float(sum(p.numel() for p in model.parameters()))
     except Exception as e:
-        from .triage import classify
+        from .triage import classify_exception
 
-        kind, advice = classify(f"{type(e).__name__}: {e}")
+        kind, advice = classify_exception(e)
         err("base_model", f"cannot load {spec.base_model}: {str(e).splitlines()[0][:300]} ({advice})")
         return
     out["parameters"] = params

@@ -1,7 +1,13 @@
-"""Failure triage: a failed job's error classified, paired with the product page's troubleshooting advice."""
+"""Failure triage: a failed job's error classified, paired with the product page's troubleshooting advice.
+
+An exception is classified by its type first (`classify_exception`: the class names along its MRO and its causes,
+and the errno of an OSError), its message only when no type says; an error known only as text (Ray's message of a
+job whose runtime printed nothing) by its patterns (`classify`).
+"""
 
 from __future__ import annotations
 
+import errno
 import re
 
 # (kind, patterns, advice) in priority order; the first kind whose pattern matches wins.
@@ -36,6 +42,41 @@ RULES: list[tuple[str, tuple[str, ...], str]] = [
     ("spec", (r"ValidationError", r"invalid job spec", r"training_config"),
      "The job spec or training_config.json is invalid: the message names the key."),
 ]
+
+
+# exception class name -> kind (matched along the MRO, so torch.cuda.OutOfMemoryError and subclasses count)
+TYPES: dict[str, str] = {
+    "OutOfMemoryError": "out_of_memory", "MemoryError": "out_of_memory",
+    "PermissionError": "permission_denied",
+    "GatedRepoError": "gated_model",
+    "LocalEntryNotFoundError": "model_not_cached", "ModelNotCached": "model_not_cached",
+    "DatasetError": "dataset", "CheckpointError": "checkpoint", "ValidationError": "spec",
+    "ActorDiedError": "worker_lost", "ActorUnavailableError": "worker_lost", "RayActorError": "worker_lost",
+    "NodeDiedError": "worker_lost", "WorkerGroupError": "worker_lost",
+}
+ERRNOS = {errno.ENOSPC: "disk_full", errno.EDQUOT: "disk_full", errno.EACCES: "permission_denied",
+          errno.EROFS: "permission_denied", errno.EPERM: "permission_denied"}
+
+
+def kind_of_exception(exc: BaseException) -> str | None:
+    """The kind its type (or a cause's) says, or None."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in ERRNOS:
+            return ERRNOS[e.errno]
+        for cls in type(e).__mro__:
+            if cls.__name__ in TYPES:
+                return TYPES[cls.__name__]
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def classify_exception(exc: BaseException) -> tuple[str, str]:
+    """(kind, advice) for an exception: by its type, else by its text."""
+    kind = kind_of_exception(exc)
+    return (kind, advice_for(kind)) if kind else classify(f"{type(exc).__name__}: {exc}")
 
 
 def classify(text: str) -> tuple[str, str]:

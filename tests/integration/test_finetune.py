@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 import requests
 
+from jupyter_cleverthis.errors import BadRequest, Forbidden
 from jupyter_cleverthis.service.clusters import LocalCluster
 from jupyter_cleverthis.service.jobs import JobService
 from jupyter_cleverthis.spec import JobSpec, JobStatus
+from jupyter_cleverthis.text import detail_text
 
 from .training_helpers import delay_steps
 
@@ -122,6 +124,27 @@ def test_lora_finetune_two_epochs(ray_cluster, tiny_model, dataset, job_name, cl
 
     for (k, v), (k2, v2) in zip(model.state_dict().items(), merged.state_dict().items(), strict=True):
         assert k == k2 and torch.allclose(v, v2, atol=1e-5), k
+    # Each checkpoint with its numbers and links, and the load code the views offer, run as a user pastes it.
+    one, two = final.checkpoints
+    assert (one.epoch, two.epoch) == (1, 2) and 0 < one.step < two.step and two.train_loss > 0
+    size = sum(f.stat().st_size for f in (root / "epoch-2").rglob("*") if f.is_file() and not f.is_symlink())
+    assert two.size_bytes == size and "latest" in two.marks and "epoch-final" in two.marks and not one.marks
+    pasted: dict = {}
+    exec(two.snippet, pasted)  # noqa: S102 - the text the sidebar's "Copy load code" copies
+    assert type(pasted["model"]).__name__ == "PeftModelForCausalLM" and pasted["tokenizer"] is not None
+    # Export merged: a standalone bf16 folder written on the cluster, without the adapter and the training state.
+    with pytest.raises(Forbidden):
+        svc.export("local", job_name, "epoch-2", "bf16", user="someone-else")
+    with pytest.raises(BadRequest, match="has no checkpoint 'epoch-9' \\(it has: epoch-1, epoch-2\\)"):
+        svc.export("local", job_name, "epoch-9", "bf16", user="tester")
+    exported = svc.export("local", job_name, "epoch-2", "bf16", user="tester")
+    assert exported.path == str(root / "exports" / "epoch-2-merged-bf16") and exported.size_bytes > 0
+    assert not (root / "exports" / "epoch-2-merged-bf16" / "adapter_model").exists()
+    assert not (root / "exports" / "epoch-2-merged-bf16" / "training_state").exists()
+    bf16 = AutoModelForCausalLM.from_pretrained(exported.path)
+    assert bf16.dtype == torch.bfloat16
+    for (k, v), (k2, v2) in zip(bf16.state_dict().items(), merged.state_dict().items(), strict=True):
+        assert k == k2 and torch.allclose(v.float(), v2, atol=1e-2, rtol=1e-2), k
 
     # Resume: a new job from the latest checkpoint continues the numbering (epoch-3 follows epoch-2).
     resumed = svc.resume("local", job_name, epochs=1, owner="tester")  # its owner resumes it
@@ -211,8 +234,12 @@ def test_queued_job_says_why(ray_cluster, tiny_model, dataset, job_name):
             time.sleep(0.5)
         assert d.status == JobStatus.QUEUED and d.phase == "starting_workers"
         reason = d.queued_reason
-        assert reason.requested.total == {"CPU": float(n)}
-        assert f"waiting for {n} CPU" in reason.message and reason.nodes
+        assert reason.requested.total == {"CPU": float(n)} and reason.requested.strategy == "PACK"
+        assert reason.message.startswith(f"needs {n} workers \u00d7 1 CPU with PACK; node 127.0.0.1 (head) has ")
+        assert reason.nodes and reason.nodes[0].head and reason.fits_ever == n - 1
+        assert reason.suggestions[0] == (f"this cluster can never hold it ({n - 1} such workers at most, even with "
+                                         "nothing else running): add nodes, or ask for less")
+        assert "why queued: needs" in detail_text(d)  # %train show
         time.sleep(3)
         assert svc.get("local", job_name).status == JobStatus.QUEUED  # still waiting, not failed
     finally:

@@ -1,7 +1,8 @@
 """Two Ray nodes on this machine: the session's head plus a second `ray start --address …` node with its own
 resources (1 CPU, a `node2` resource) and its own model cache. A 2-worker job runs one worker per node
 (STRICT_SPREAD), reading the dataset from the same path on both, is cancelled mid-epoch and resumed across
-both nodes; `%train download` answers per node."""
+both nodes; `%train download` answers per node. A second STRICT_SPREAD job, while one holds the second node's
+only CPU, is queued and says so node by node, naming the job that holds it."""
 
 from __future__ import annotations
 
@@ -26,11 +27,12 @@ from .training_helpers import delay_steps, make_cached_model, wait_for_step
 pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 
-@pytest.fixture
-def second_node(ray_cluster, cleverthis_home, tmp_path):
+@pytest.fixture(scope="module")
+def second_node(ray_cluster, cleverthis_home, tmp_path_factory):
     """`ray start --address <gcs> --block` with 1 CPU and HF_HOME of its own; stopped by its pid."""
     local = LocalCluster("local", cleverthis_home)
     st = local.state()
+    tmp_path = tmp_path_factory.mktemp("node2")
     hf_home = tmp_path / "node2-hf"
     hf_home.mkdir()
     # the head listens on loopback only; Ray would send a joining node to the machine's address (see the script)
@@ -115,3 +117,36 @@ def test_two_nodes_one_worker_each_cancel_resume_and_per_node_model_cache(ray_cl
 
     AutoModelForCausalLM.from_pretrained(str(dataset / "checkpoints" / "epoch-final"))
     print(f"2-node test: {time.time() - t0:.0f}s")
+
+
+def test_a_job_blocked_by_another_says_which_node_and_job(ray_cluster, tiny_model, dataset, job_name, second_node):
+    """needs 2 workers x 1 CPU with STRICT_SPREAD; the second node's one CPU is held by the first job's worker."""
+    svc = JobService()
+    holder, blocked = f"{job_name}-a", f"{job_name}-b"
+    spread = {"placement_strategy": "STRICT_SPREAD"}
+    spec = dict(base_model=tiny_model, dataset_path=str(dataset), epochs=50, batch_size=8, workers=2,
+                cpus_per_worker=1, training_config=spread)
+    svc.create(JobSpec(name=holder, **spec), check=False)
+    try:
+        wait_for_step(svc, holder, 1)
+        svc.create(JobSpec(name=blocked, **{**spec, "epochs": 1}), check=False)
+        for _ in range(240):
+            d = svc.get("local", blocked)
+            if d.phase == "starting_workers":
+                break
+            time.sleep(0.5)
+        assert d.status == JobStatus.QUEUED and d.phase == "starting_workers", d
+        r = d.queued_reason
+        assert r.message.startswith("needs 2 workers \u00d7 1 CPU with STRICT_SPREAD; node 127.0.0.1 (")
+        head, other = r.nodes
+        assert head.head and not other.head and other.CPU.total == 1
+        assert f"has 0 free CPUs (1 used by job {holder})" in r.message, r.message
+        assert r.fits_now == 1 and r.fits_ever == 2
+        assert r.suggestions == ["fewer workers: 1 would start now",
+                                 "placement_strategy PACK (or SPREAD): the workers would start now",
+                                 f"wait for job {holder} to end: its workers hold what this job needs"]
+    finally:
+        for name in (blocked, holder):
+            svc.cancel("local", name)
+    for name in (blocked, holder):
+        assert svc.wait("local", name, poll=0.5, timeout=120).status == JobStatus.CANCELLED

@@ -76,6 +76,10 @@ async def test_job_routes_on_a_running_job(jp_fetch, jp_ws_fetch, jp_serverapp, 
     d = await _until(detail, lambda d: d["status"] == "running" and d["metrics"])
     assert d["status"] == "running", d
     assert d["plan"]["method"] == "lora" and d["checkpoint_dir"] == str(dataset / "checkpoints")
+    # the sidebar's Nodes section: the head, its CPUs, and the running job's worker holding one of them
+    nodes = (await _json(await jp_fetch(*api, "nodes")))["nodes"]
+    assert nodes[0]["head"] is True and nodes[0]["ip"] == "127.0.0.1" and nodes[0]["CPU"]["total"] >= 1
+    assert {"job": job_name, "CPU": 1.0, "GPU": None} in nodes[0]["used_by"], nodes
 
     # live tail over the server's websocket
     ws = await jp_ws_fetch(*api, "jobs", job_name, "logs", "tail")
@@ -113,6 +117,9 @@ async def test_job_routes_on_a_running_job(jp_fetch, jp_ws_fetch, jp_serverapp, 
     await jp_fetch(*api, "jobs", job_name, "cancel", method="POST", body="")
     d = await _until(detail, lambda d: d["status"] == "cancelled")
     assert d["status"] == "cancelled"
+    with pytest.raises(HTTPClientError) as nothing:  # Export merged names what is wrong, by field
+        await jp_fetch(*api, "jobs", job_name, "export", method="POST", body=json.dumps({"checkpoint": "nope"}))
+    assert nothing.value.code == 400 and json.loads(nothing.value.response.body)["details"] == {"field": "checkpoint"}
     done = d["checkpoints"][-1]["epoch"]
     resp = await jp_fetch(*api, "jobs", job_name, "resume", method="POST", body="{}", request_timeout=180)
     resumed = await _json(resp)

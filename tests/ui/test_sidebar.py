@@ -193,6 +193,29 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
     expect(long_tab.locator(".jp-CleverThis-JobDetail-name")).to_have_text(long)
     expect(tab_badge(long_tab)).to_have_text("running", timeout=JOB_DONE_S * 1000)
     shots("long-job-running")
+    # The cluster's nodes from the sidebar: the head, its free CPUs, and the long job's worker holding one.
+    panel.locator(".jp-CleverThis-nodes-summary").click()
+    head = panel.locator(".jp-CleverThis-nodes-row").first
+    expect(head.locator("td").first).to_have_text("127.0.0.1 (head)")
+    expect(head.locator(".jp-CleverThis-nodes-heldBy")).to_contain_text(f"{long} (1 CPU)", timeout=30_000)
+    shots("nodes")
+    # A job that asks for more than is free: queued, and its tab says what blocks it, node by node, and what
+    # would let it start (the long job holds one of the head's 6 CPUs).
+    queued = unique("ui-queued")
+    create_job(page, panel, {"name": queued, "base_model": tiny_model, "dataset_path": dataset, "epochs": 1,
+                             "batch_size": 8, "workers": 6, "output_dir": dataset.parent / "queued-checkpoints"})
+    queued_tab = job_tab(page, queued)
+    why = queued_tab.locator(".jp-CleverThis-JobDetail-queued")
+    expect(why.locator(".jp-CleverThis-JobDetail-queuedMessage")).to_have_text(re.compile(
+        r"^Why queued: needs 6 workers \u00d7 1 CPU with PACK; node 127\.0\.0\.1 \(head\) has [0-5] free CPUs? "
+        rf"\(.*1 used by job {long}.*\)$"), timeout=JOB_DONE_S * 1000)
+    expect(why.locator(".jp-CleverThis-JobDetail-queuedSuggestions li")).to_contain_text(
+        ["fewer workers: 5 would start now", f"wait for job {long} to end"])
+    shots("queued-job-why")
+    queued_tab.locator(".jp-CleverThis-JobDetail-cancel").click()
+    page.get_by_role("button", name="Cancel job").click()
+    expect(tab_badge(queued_tab)).to_have_text("cancelled", timeout=120_000)
+    page.locator(f'li.lm-TabBar-tab[data-id="jp-CleverThis-job-local-{long}"]').click()  # back to the long job
     long_tab.locator(".jp-CleverThis-JobDetail-cancel").click()
     page.get_by_role("button", name="Cancel job").click()  # JupyterLab's confirmation dialog
     expect(tab_badge(long_tab)).to_have_text("cancelled", timeout=120_000)

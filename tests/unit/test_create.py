@@ -84,7 +84,7 @@ def counted(monkeypatch, tmp_path):
     counting(data, "load_dataset", "dataset loads")
     counting(runtime_preflight, "load_dataset", "dataset loads")
     counting(JobService, "_runtime_env", "runtime_env builds")
-    monkeypatch.setattr(jobs_module, "cluster_resources", lambda cfg: calls.update(["cluster resources"]) or {})
+    monkeypatch.setattr(jobs_module, "cluster_nodes", lambda cfg: calls.update(["cluster resources"]) or [])
     ray = InProcessRay(calls)
     svc = JobService(store=EventStore())
     monkeypatch.setattr(svc, "client", lambda cluster: ray)

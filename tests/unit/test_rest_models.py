@@ -57,12 +57,18 @@ def test_detail_parts_are_typed_and_served_as_before():
 
 
 def test_queued_reason_says_what_is_short():
-    res = {"CPU": {"total": 4, "free": 1}, "nodes": [{"node_id": "n1", "CPU": {"total": 4, "free": 1}}]}
-    reason = why_queued({"workers": 2, "cpus_per_worker": 2}, res)
-    assert reason.message == "waiting for 4 CPU: 1 free"
+    nodes = [{"node_id": "n1", "name": "10.0.0.1", "head": True, "CPU": {"total": 4, "free": 1},
+              "used_by": [{"job": "other", "CPU": 3}]}]
+    reason = why_queued({"workers": 2, "cpus_per_worker": 2}, nodes)
+    assert reason.message == ("needs 2 workers \u00d7 2 CPUs with PACK; node 10.0.0.1 (head) has 1 free CPU "
+                              "(3 used by job other)")
     assert reason.requested.total == {"CPU": 4.0} and reason.nodes[0].CPU.free == 1
+    assert reason.free == {"CPU": 1.0} and reason.fits_now == 0 and reason.fits_ever == 2
+    assert reason.suggestions == ["a smaller request: 0.5 CPU per worker would start now",
+                                  "wait for job other to end: its workers hold what this job needs"]
     unknown = why_queued({}, None)  # the cluster does not say what it has
-    assert unknown.free == {} and unknown.nodes is None and unknown.message == "waiting for 1 CPU: 0 free"
+    assert unknown.free == {} and unknown.nodes is None and unknown.fits_now is None
+    assert unknown.message == "needs 1 worker \u00d7 1 CPU with PACK; the cluster does not say what its nodes have free"
 
 
 def test_cluster_info_keeps_the_resources_it_is_given():

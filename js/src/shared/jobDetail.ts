@@ -12,7 +12,10 @@ import {
   kvTable,
   planRows,
   progressRows,
+  backLink,
   renderCheckpoints,
+  renderFixes,
+  renderQueued,
   section,
   servingRows,
   summaryRows,
@@ -20,10 +23,11 @@ import {
   trackingRows,
   utilisationRows
 } from './jobDetailSections';
+import { ExportMerged, ExportMergedFn } from './exportMerged';
 import { ICurveSeries } from './curveFollower';
 import { LogView } from './logView';
 import { ILossCurveOptions, LossCurve } from './lossCurve';
-import { ICheckpoint, IJobDetail, IJobEvent, isActive } from './model';
+import { ICheckpoint, IFix, IJobDetail, IJobEvent, isActive } from './model';
 
 /** Options of {@link JobDetailView}. */
 export interface IJobDetailViewOptions {
@@ -36,6 +40,10 @@ export interface IJobDetailViewOptions {
    * per checkpoint; `checkpoint` is undefined for the latest.
    */
   onResume?: (job: IJobDetail, checkpoint?: ICheckpoint) => void | Promise<unknown>;
+  /** Shows the failure's fixes ("Retry with QLoRA") as buttons: the create form prefilled with the change. */
+  onRetryWith?: (job: IJobDetail, fix: IFix) => void;
+  /** Shows "Export merged" on LoRA checkpoints, running the export on the cluster. */
+  onExportMerged?: ExportMergedFn;
   /** Shows "Open in TensorBoard" (for a job whose TensorBoard folder this server can show) calling this. */
   onOpenTensorBoard?: (job: IJobDetail) => void | Promise<unknown>;
   /** Shows "Create from this job" (the create form prefilled with the job's spec) calling this. */
@@ -58,6 +66,7 @@ export class JobDetailView {
   constructor(options: IJobDetailViewOptions = {}) {
     this._onCancel = options.onCancel;
     this._onResume = options.onResume;
+    this._exportMerged = options.onExportMerged ? new ExportMerged(options.onExportMerged) : undefined;
     this._onOpenTensorBoard = options.onOpenTensorBoard;
     this._now = options.now ?? (() => Date.now() / 1000);
 
@@ -90,6 +99,8 @@ export class JobDetailView {
     this._error = h('pre', { class: `${VIEW_CLASS}-error` });
     this._queued = h('div', { class: `${VIEW_CLASS}-queued`, role: 'status' });
     this._advice = h('div', { class: `${VIEW_CLASS}-advice` });
+    this._fixes = h('div', { class: `${VIEW_CLASS}-fixes` });
+    this._onRetryWith = options.onRetryWith;
     this._curve = h('div', { class: `${VIEW_CLASS}-curveHint`, role: 'note' });
     this._tracebackText = h('pre', { class: `${VIEW_CLASS}-tracebackText` });
     this._traceback = h(
@@ -147,7 +158,8 @@ export class JobDetailView {
     fillTable(this._progress, progressRows(job));
     renderCheckpoints(this._checkpoints, job, {
       resuming: this._resuming,
-      onResumeFrom: this._onResume ? ckpt => void this._resumeFrom(ckpt) : undefined
+      onResumeFrom: this._onResume ? ckpt => void this._resumeFrom(ckpt) : undefined,
+      exportMerged: this._exportMerged
     });
     fillTable(this._serving, servingRows(job));
     fillTable(this._tracking, trackingRows(job));
@@ -197,7 +209,7 @@ export class JobDetailView {
   /** Attach the parts, in the order the page reads. */
   private _layout(onBack: (() => void) | undefined): void {
     if (onBack) {
-      this.node.appendChild(h('div', { class: `${VIEW_CLASS}-nav` }, Private.backLink(onBack)));
+      this.node.appendChild(h('div', { class: `${VIEW_CLASS}-nav` }, backLink(onBack)));
     }
     const header = h(
       'div',
@@ -213,6 +225,7 @@ export class JobDetailView {
       this._message,
       this._error,
       this._advice,
+      this._fixes,
       this._traceback,
       section('Status', this._summary),
       section('Progress', this._progress)
@@ -246,7 +259,7 @@ export class JobDetailView {
     this._clone.disabled = true;
     this._export.disabled = true;
     this._template.disabled = true;
-    for (const el of [this._queued, this._advice, this._traceback, this._curve]) {
+    for (const el of [this._queued, this._advice, this._fixes, this._traceback, this._curve]) {
       el.style.display = 'none';
     }
     this._utilisationSection.style.display = 'none';
@@ -274,9 +287,8 @@ export class JobDetailView {
     this._message.style.display = job.message ? '' : 'none';
     this._error.textContent = job.error ?? '';
     this._error.style.display = job.error ? '' : 'none';
-    const queued = job.status === 'queued' ? job.queued_reason?.message : null;
-    this._queued.textContent = queued ? `Why queued: ${queued}` : '';
-    this._queued.style.display = queued ? '' : 'none';
+    renderQueued(this._queued, job.status === 'queued' ? job.queued_reason : null);
+    renderFixes(this._fixes, job, this._onRetryWith);
     this._advice.textContent = job.advice ? `${job.error_kind ? `[${job.error_kind}] ` : ''}${job.advice}` : '';
     this._advice.style.display = job.advice ? '' : 'none';
     this._tracebackText.textContent = job.traceback ?? '';
@@ -336,11 +348,14 @@ export class JobDetailView {
   private readonly _tensorBoard: HTMLButtonElement;
   private _resuming = false;
   private readonly _onResume?: (job: IJobDetail, checkpoint?: ICheckpoint) => void | Promise<unknown>;
+  private readonly _exportMerged?: ExportMerged;
   private readonly _resume: HTMLButtonElement;
   private readonly _clone: HTMLButtonElement;
   private readonly _export: HTMLButtonElement;
   private readonly _template: HTMLButtonElement;
   private readonly _queued: HTMLDivElement;
+  private readonly _fixes: HTMLDivElement;
+  private readonly _onRetryWith?: (job: IJobDetail, fix: IFix) => void;
   private readonly _advice: HTMLDivElement;
   private readonly _curve: HTMLDivElement;
   private readonly _traceback: HTMLDetailsElement;
@@ -372,18 +387,5 @@ namespace Private {
       { type: 'button', class: `${CSS_PREFIX}-button ${mod ? `${mod} ` : ''}${VIEW_CLASS}-${name}`, title },
       label
     );
-  }
-
-  export function backLink(onBack: () => void): HTMLAnchorElement {
-    const back = h(
-      'a',
-      { class: `${CSS_PREFIX}-back`, href: '#', role: 'button', title: 'Back to the job list' },
-      '\u2039 Back'
-    );
-    back.addEventListener('click', event => {
-      event.preventDefault();
-      onBack();
-    });
-    return back;
   }
 }

@@ -12,13 +12,60 @@ import {
   jobElapsed,
   jobTypeLabel
 } from './format';
-import { ICheckpoint, IJobDetail, IPlan, IServing, ITracking, isActive } from './model';
+import { ExportMerged } from './exportMerged';
+import { ICheckpoint, IFix, IJobDetail, IPlan, IQueuedReason, IServing, ITracking, isActive } from './model';
 
 /** The class of the detail view's root; its parts' classes start with it. */
 export const VIEW_CLASS = `${CSS_PREFIX}-JobDetail`;
 
 /** A row of a key/value table. */
 export type KeyValueRow = [string, string | number | null | undefined];
+
+/** Why a queued job waits (node by node, from the service) and what would let it start; hidden when null. */
+export function renderQueued(el: HTMLElement, reason: IQueuedReason | null | undefined): void {
+  el.style.display = reason ? '' : 'none';
+  if (!reason) {
+    el.replaceChildren();
+    return;
+  }
+  const suggestions = reason.suggestions ?? [];
+  el.replaceChildren(
+    h('div', { class: `${VIEW_CLASS}-queuedMessage` }, `Why queued: ${reason.message}`),
+    ...(suggestions.length
+      ? [
+          h('div', { class: `${VIEW_CLASS}-queuedHint` }, 'What would let it start:'),
+          h('ul', { class: `${VIEW_CLASS}-queuedSuggestions` }, ...suggestions.map(s => h('li', null, s)))
+        ]
+      : [])
+  );
+}
+
+/** A failed job's fixes from the service, as "Retry with ..." buttons (hidden without fixes or a handler). */
+export function renderFixes(el: HTMLElement, job: IJobDetail, onRetry?: (job: IJobDetail, fix: IFix) => void): void {
+  const fixes = job.status === 'failed' && onRetry ? (job.fixes ?? []) : [];
+  el.style.display = fixes.length ? '' : 'none';
+  el.replaceChildren(
+    ...fixes.map(fix => {
+      const b = h(
+        'button',
+        { type: 'button', class: `${CSS_PREFIX}-button ${VIEW_CLASS}-fix`, title: fix.why ?? fix.label },
+        fix.label
+      );
+      b.addEventListener('click', () => onRetry!(job, fix));
+      return b;
+    })
+  );
+}
+
+/** The "Back" link to the job list. */
+export function backLink(onBack: () => void): HTMLAnchorElement {
+  const back = h('a', { class: `${CSS_PREFIX}-back`, href: '#', role: 'button', title: 'Back to the job list' }, '\u2039 Back');
+  back.addEventListener('click', event => {
+    event.preventDefault();
+    onBack();
+  });
+  return back;
+}
 
 /** The Status table. */
 export function summaryRows(job: IJobDetail, now: number): KeyValueRow[] {
@@ -120,6 +167,8 @@ export interface ICheckpointsOptions {
   onResumeFrom?: (checkpoint: ICheckpoint) => void;
   /** A resume is under way (the buttons are disabled). */
   resuming: boolean;
+  /** "Export merged" for LoRA checkpoints; none when omitted. */
+  exportMerged?: ExportMerged;
 }
 
 /** Fill the Checkpoints section: the folder, the list with copy buttons, and a snippet loading the latest. */
@@ -138,15 +187,23 @@ export function renderCheckpoints(container: HTMLElement, job: IJobDetail, optio
   }
   const list = h('ul', { class: `${VIEW_CLASS}-checkpointList` });
   for (const ckpt of checkpoints) {
+    const marks = (ckpt.marks ?? []).map(m => h('span', { class: `${VIEW_CLASS}-checkpointMark`, 'data-mark': m }, m));
     const item = h(
       'li',
       { title: ckpt.path, 'data-checkpoint': ckpt.name },
-      h('span', null, ckpt.name),
+      h('span', { class: `${VIEW_CLASS}-checkpointName` }, ckpt.name),
+      ...marks,
       ' ',
       h('code', null, ckpt.path),
       ' ',
-      copyButton(ckpt.path)
+      copyButton(ckpt.path),
+      h('div', { class: `${VIEW_CLASS}-checkpointNumbers` }, checkpointNumbers(ckpt))
     );
+    if (ckpt.snippet) {
+      const snippet = copyButton(ckpt.snippet, 'Copy load code');
+      snippet.classList.add(`${VIEW_CLASS}-copySnippet`);
+      item.append(' ', snippet);
+    }
     const onResumeFrom = options.onResumeFrom;
     if (onResumeFrom) {
       const here = h(
@@ -158,27 +215,58 @@ export function renderCheckpoints(container: HTMLElement, job: IJobDetail, optio
       here.addEventListener('click', () => onResumeFrom(ckpt));
       item.append(' ', here);
     }
+    if (options.exportMerged && ExportMerged.applies(ckpt)) {
+      item.append(' ', options.exportMerged.button(job, ckpt));
+    }
     list.appendChild(item);
   }
   container.appendChild(list);
-  const path = servingOf(job).model_path ?? checkpoints[checkpoints.length - 1].path;
-  const snippet = `from transformers import AutoModelForCausalLM, AutoTokenizer\nmodel = AutoModelForCausalLM.from_pretrained(${JSON.stringify(path)})\ntokenizer = AutoTokenizer.from_pretrained(${JSON.stringify(path)})`;
-  container.appendChild(h('div', { class: `${VIEW_CLASS}-snippet` }, h('pre', null, snippet), copyButton(snippet)));
+  if (options.exportMerged && checkpoints.some(c => ExportMerged.applies(c))) {
+    container.appendChild(options.exportMerged.node);
+  }
+  // the code loading the job's result: its final checkpoint once it has one, else the newest
+  const shown = checkpoints.find(c => c.marks?.includes('epoch-final')) ?? checkpoints[checkpoints.length - 1];
+  if (shown.snippet) {
+    container.appendChild(h('div', { class: `${VIEW_CLASS}-snippet` }, h('pre', null, shown.snippet), copyButton(shown.snippet)));
+  }
+}
+
+/** "epoch 2 · step 20 · train loss 1.234 · validation loss 1.31 · 4.1 MB" (what the checkpoint event said). */
+export function checkpointNumbers(c: ICheckpoint): string {
+  const parts = [
+    c.epoch != null ? `epoch ${c.epoch}` : null,
+    c.step != null ? `step ${c.step}` : null,
+    c.train_loss != null ? `train loss ${formatNumber(c.train_loss)}` : null,
+    c.eval_loss != null ? `validation loss ${formatNumber(c.eval_loss)}` : null,
+    c.size_bytes != null ? formatBytes(c.size_bytes) : null
+  ];
+  return parts.filter(Boolean).join(' \u00b7 ');
+}
+
+/** Bytes in decimal units, as file managers show them. */
+export function formatBytes(n: number): string {
+  const units = ['B', 'KB', 'MB', 'GB', 'TB'];
+  let i = 0;
+  while (n >= 1000 && i < units.length - 1) {
+    n /= 1000;
+    i++;
+  }
+  return i === 0 ? `${n} B` : `${n.toFixed(1)} ${units[i]}`;
 }
 
 /** A button copying `text` to the clipboard. */
-export function copyButton(text: string): HTMLButtonElement {
+export function copyButton(text: string, label = 'Copy'): HTMLButtonElement {
   const button = h(
     'button',
     { type: 'button', class: `${CSS_PREFIX}-button ${CSS_PREFIX}-copy`, title: 'Copy to the clipboard' },
-    'Copy'
+    label
   );
   button.addEventListener('click', () => {
     void navigator.clipboard?.writeText(text).then(
       () => (button.textContent = 'Copied'),
       () => (button.textContent = 'Copy failed')
     );
-    setTimeout(() => (button.textContent = 'Copy'), 1500);
+    setTimeout(() => (button.textContent = label), 1500);
   });
   return button;
 }

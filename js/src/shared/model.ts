@@ -81,6 +81,15 @@ export type IClusterResources = Api.ClusterResources;
 /** `POST /clusters/{cluster}/up|down` (`ClusterState`). */
 export type IClusterState = Api.ClusterState;
 
+/** One alive node: free and total resources, and what each job's workers hold on it (`NodeResources`). */
+export type INodeResources = Api.NodeResources;
+
+/** A change to a failed job's spec that its error's advice names ("Retry with QLoRA"; `Fix`). */
+export type IFix = Api.Fix;
+
+/** `POST .../jobs/{name}/export`: the standalone merged model folder written on the cluster (`ExportResult`). */
+export type IExportResult = Api.ExportResult;
+
 /** `GET /clusters` item (`ClusterInfo`); `resources` is null while the cluster is not running. */
 export type IClusterInfo = Api.ClusterInfo;
 
@@ -204,6 +213,7 @@ export function summaryAsDetail(job: IJobSummary): IJobDetail {
     error: null,
     error_kind: null,
     advice: null,
+    fixes: [],
     traceback: null,
     queued_reason: null,
     serving: null,

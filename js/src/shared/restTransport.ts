@@ -11,10 +11,12 @@ import {
   IClusterList,
   IClusterState,
   IEventsPage,
+  IExportResult,
   IJobDetail,
   IJobPage,
   IJobSpec,
   IJobSummary,
+  INodeResources,
   ILogsPage,
   IPreflight,
   IResumeOptions,
@@ -108,6 +110,14 @@ export class RestTransport implements ITransport {
 
   saveTemplate(name: string, spec: Record<string, unknown>): Promise<ITemplate> {
     return this._request<ITemplate>('PUT', ['templates', name], { spec });
+  }
+
+  exportCheckpoint(cluster: string, name: string, checkpoint: string, dtype: string): Promise<IExportResult> {
+    return this._request<IExportResult>('POST', ['clusters', cluster, 'jobs', name, 'export'], { checkpoint, dtype });
+  }
+
+  async listNodes(cluster: string): Promise<INodeResources[]> {
+    return (await this._request<{ nodes: INodeResources[] }>('GET', ['clusters', cluster, 'nodes'])).nodes ?? [];
   }
 
   getSpec(cluster: string, name: string): Promise<ISpecExport> {

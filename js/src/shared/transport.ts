@@ -7,10 +7,12 @@ import {
   IClusterInfo,
   IClusterState,
   IEventsPage,
+  IExportResult,
   IFieldError,
   IJobDetail,
   IJobSpec,
   IJobSummary,
+  INodeResources,
   IPreflight,
   IResumeOptions,
   ISchemaBundle,
@@ -59,6 +61,10 @@ export interface ITransport {
   getSchema(): Promise<ISchemaBundle>;
   /** Start (`up`) or stop (`down`) a cluster jupyter-cleverthis manages; absent where it cannot. */
   clusterAction?(cluster: string, action: 'up' | 'down'): Promise<IClusterState>;
+  /** Export merged: a checkpoint as a standalone fp16/bf16 model folder on the cluster; absent where it cannot. */
+  exportCheckpoint?(cluster: string, name: string, checkpoint: string, dtype: string): Promise<IExportResult>;
+  /** The cluster's alive nodes, the head first (`GET /clusters/{cluster}/nodes`); absent where unknown. */
+  listNodes?(cluster: string): Promise<INodeResources[]>;
   /** The spec a job was submitted with, and the same as YAML (`%%train` reads it); absent where unknown. */
   getSpec?(cluster: string, name: string): Promise<ISpecExport>;
   /**

@@ -22,6 +22,10 @@ export interface ChatTemplateChoice {
   reason: string;
 }
 /**
+ * A checkpoint the job wrote, with its numbers; `marks`: which of the folder's links point at it (`best`:
+ *     the lowest validation loss, `epoch-final`: the job's last, `latest`: the newest written); `snippet`: Python that
+ * loads it (with PeftModel too where it holds a LoRA adapter).
+ *
  * This interface was referenced by `CleverThisApi`'s JSON-Schema
  * via the `definition` "Checkpoint".
  */
@@ -33,6 +37,9 @@ export interface Checkpoint {
   train_loss: number | null;
   eval_loss: number | null;
   adapter_path: string | null;
+  size_bytes: number | null;
+  marks: string[];
+  snippet: string | null;
 }
 /**
  * A `GET /clusters` item; `resources` is null while the cluster is not running (or does not say).
@@ -70,14 +77,32 @@ export interface ResourceUsage {
   free: number;
 }
 /**
+ * One alive node. `name` (its address), `head` and `used_by` are filled where the state API was asked
+ * (`GET /clusters/{cluster}/nodes`, a queued job's reason); the cluster list gives the resources only.
+ *
  * This interface was referenced by `CleverThisApi`'s JSON-Schema
  * via the `definition` "NodeResources".
  */
 export interface NodeResources {
   node_id: string;
+  name: string | null;
+  ip: string | null;
+  head: boolean;
   CPU: ResourceUsage | null;
   GPU: ResourceUsage | null;
   memory: ResourceUsage | null;
+  used_by: NodeUse[] | null;
+}
+/**
+ * What one job's placement groups hold on a node.
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "NodeUse".
+ */
+export interface NodeUse {
+  job: string;
+  CPU: number | null;
+  GPU: number | null;
 }
 /**
  * `GET /clusters`; `user` is who asks, as the owner of the jobs they create is named (under token-only
@@ -214,6 +239,20 @@ export interface EventsPage {
   next: number;
 }
 /**
+ * `POST .../jobs/{name}/export`: the standalone merged model folder written on the cluster.
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "ExportResult".
+ */
+export interface ExportResult {
+  job: string;
+  checkpoint: string;
+  source: string;
+  path: string;
+  dtype: string;
+  size_bytes: number | null;
+}
+/**
  * A problem with one field of the spec (`training_config.x` for a training config field; "" for the spec).
  *
  * This interface was referenced by `CleverThisApi`'s JSON-Schema
@@ -224,45 +263,19 @@ export interface FieldError {
   message: string;
 }
 /**
+ * A change to a failed job's spec that its error's advice names ("Retry with QLoRA"): `patch` holds the
+ * spec fields to set (training_config merged key by key, a null removing a key), `why` says what it saves.
+ *
  * This interface was referenced by `CleverThisApi`'s JSON-Schema
- * via the `definition` "JobDetail".
+ * via the `definition` "Fix".
  */
-export interface JobDetail {
-  name: string;
-  cluster: string;
-  status: JobStatus;
-  ray_status: string;
-  job_type: string | null;
-  framework: string | null;
-  base_model: string | null;
-  dataset_path: string | null;
-  epochs: number | null;
-  batch_size: number | null;
-  workers: number | null;
-  owner: string | null;
-  created_at: number | null;
-  started_at: number | null;
-  ended_at: number | null;
-  elapsed_s: number | null;
-  message: string | null;
+export interface Fix {
+  label: string;
+  patch: {
+    [k: string]: unknown;
+  };
+  why: string | null;
   spec: JobSpec | null;
-  phase: string | null;
-  checkpoint_dir: string | null;
-  checkpoints: Checkpoint[];
-  metrics: Metrics | null;
-  error: string | null;
-  error_kind: string | null;
-  advice: string | null;
-  traceback: string | null;
-  queued_reason: QueuedReason | null;
-  serving: Serving | null;
-  log_url: string | null;
-  plan: Plan | null;
-  tracking: Tracking | null;
-  stopped_early: boolean;
-  stop_reason: string | null;
-  utilisation: UtilisationEvent[];
-  curve: CurveDiagnosis | null;
 }
 /**
  * What a user asks for when creating a job (the Create Job dialog's fields, the page's defaults).
@@ -457,8 +470,52 @@ export interface TrainingConfig {
   cancel_grace_s?: number | null;
 }
 /**
- * Why a queued job waits (detail.why_queued): what it asked for against what the cluster has free (null where
- * the cluster does not say), the cluster's nodes, and the sentence the views show.
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "JobDetail".
+ */
+export interface JobDetail {
+  name: string;
+  cluster: string;
+  status: JobStatus;
+  ray_status: string;
+  job_type: string | null;
+  framework: string | null;
+  base_model: string | null;
+  dataset_path: string | null;
+  epochs: number | null;
+  batch_size: number | null;
+  workers: number | null;
+  owner: string | null;
+  created_at: number | null;
+  started_at: number | null;
+  ended_at: number | null;
+  elapsed_s: number | null;
+  message: string | null;
+  spec: JobSpec | null;
+  phase: string | null;
+  checkpoint_dir: string | null;
+  checkpoints: Checkpoint[];
+  metrics: Metrics | null;
+  error: string | null;
+  error_kind: string | null;
+  advice: string | null;
+  fixes: Fix[];
+  traceback: string | null;
+  queued_reason: QueuedReason | null;
+  serving: Serving | null;
+  log_url: string | null;
+  plan: Plan | null;
+  tracking: Tracking | null;
+  stopped_early: boolean;
+  stop_reason: string | null;
+  utilisation: UtilisationEvent[];
+  curve: CurveDiagnosis | null;
+}
+/**
+ * Why a queued job waits (detail.why_queued, placement.explain): its request against each node's free
+ * resources. `message` is the sentence the views show, `blockers` says it node by node (and which jobs hold
+ * what), `suggestions` what would let it start; `fits_now` / `fits_ever`: how many such workers could be placed
+ * now / on the empty cluster (null where the cluster does not say).
  *
  * This interface was referenced by `CleverThisApi`'s JSON-Schema
  * via the `definition` "QueuedReason".
@@ -470,6 +527,10 @@ export interface QueuedReason {
   };
   nodes: NodeResources[] | null;
   message: string;
+  blockers: string[];
+  suggestions: string[];
+  fits_now: number | null;
+  fits_ever: number | null;
 }
 /**
  * This interface was referenced by `CleverThisApi`'s JSON-Schema
@@ -483,6 +544,7 @@ export interface QueuedRequest {
   total: {
     [k: string]: number;
   };
+  strategy: string;
 }
 /**
  * What the Model Serving page asks for: the model's path, and the LoRA adapter's with the base it applies to.
@@ -632,6 +694,15 @@ export interface LogsPage {
   offset: number;
   next: number;
   size: number;
+}
+/**
+ * `GET /clusters/{cluster}/nodes`: the alive nodes, the head first.
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "NodeList".
+ */
+export interface NodeList {
+  nodes: NodeResources[];
 }
 /**
  * `POST /clusters/{cluster}/plan`: what the job would do, computed on the cluster (cleverthis_runtime.preflight):

@@ -28,7 +28,8 @@ export type CleverthisEvent =
   | DownloadProgressEvent
   | DownloadDoneEvent
   | DownloadEvent
-  | PreflightEvent;
+  | PreflightEvent
+  | ExportEvent;
 /**
  * Where a job is, as its `phase` events say (in roughly the order a job passes them).
  */
@@ -236,6 +237,7 @@ export interface CheckpointEvent {
   eval_loss?: number | null;
   base_model?: string | null;
   adapter_path?: string | null;
+  size_bytes?: number | null;
   framework?: string | null;
   target?: string | null;
   [k: string]: unknown;
@@ -403,5 +405,20 @@ export interface PreflightEvent {
     [k: string]: string;
   }[];
   warnings?: string[];
+  [k: string]: unknown;
+}
+/**
+ * The answer of an export helper job (export.py): the standalone fp16/bf16 folder written, or the error.
+ */
+export interface ExportEvent {
+  src?: string | null;
+  seq?: number;
+  t?: number | null;
+  type: 'export';
+  source: string;
+  path?: string | null;
+  dtype?: string | null;
+  size_bytes?: number | null;
+  error?: string | null;
   [k: string]: unknown;
 }

@@ -1,0 +1,65 @@
+"""The pre-flight answer (`POST /clusters/{cluster}/plan`, cleverthis_runtime.preflight) as the service serves it;
+re-exported by models.py with the other REST bodies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from .models import Plan
+
+
+class FieldError(BaseModel):
+    """A problem with one field of the spec (`training_config.x` for a training config field; "" for the spec)."""
+
+    field: str
+    message: str
+
+
+class DatasetFacts(BaseModel):
+    format: str
+    examples: int
+    validation_examples: int = 0
+    files: list[str] = []
+
+
+class ChatTemplateChoice(BaseModel):
+    name: str
+    reason: str
+
+
+class TargetModulesChoice(BaseModel):
+    modules: str | list[str]
+    reason: str
+
+
+class PreviewRun(BaseModel):
+    """A run of an example's tokens as the model sees them; `trained`: they count toward the loss."""
+
+    text: str
+    trained: bool
+    tokens: int
+
+
+class Preflight(BaseModel):
+    """`POST /clusters/{cluster}/plan`: what the job would do, computed on the cluster (cleverthis_runtime.preflight):
+    field errors, warnings, the dataset's facts, token lengths, the merged training config, the checkpoint folder and
+    its owner, and the automatic plan. A fact the pre-flight could not establish (or skipped) is null."""
+
+    model_config = ConfigDict(extra="allow")
+    errors: list[FieldError] = []
+    warnings: list[str] = []
+    training_config_file: str | None = None
+    dataset: DatasetFacts | None = None
+    training_config: dict[str, Any] | None = None
+    checkpoint_dir: str | None = None
+    checkpoint_owner: str | None = None
+    resume_from: str | None = None
+    # sampled, min, max, mean, p50, p95, truncated
+    token_lengths: dict[str, float] | None = None
+    parameters: float | None = None
+    plan: Plan | None = None
+    chat_template: ChatTemplateChoice | None = None
+    lora_target_modules: TargetModulesChoice | None = None
+    preview: list[list[PreviewRun]] = []
