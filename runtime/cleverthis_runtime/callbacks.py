@@ -21,6 +21,17 @@ from .monitoring import RayMetrics, Utilisation
 
 # Tests only: slow each step down (numerics unchanged) so that a cancel or a kill lands mid-epoch.
 STEP_DELAY_S = float(os.environ.get("CLEVERTHIS_TEST_STEP_DELAY_S") or 0)
+# Tests only: the global step at which the step raises torch's out-of-memory error (a fault injected where a
+# too-large model or batch would fail, so that the failure's path to the user is tested on CPU).
+OOM_AT_STEP = int(os.environ.get("CLEVERTHIS_TEST_OOM_AT_STEP") or 0)
+
+
+def _injected_oom(step: int) -> None:
+    if OOM_AT_STEP and step == OOM_AT_STEP:
+        import torch
+
+        raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate 20.00 GiB (injected at step {step} by "
+                                     "CLEVERTHIS_TEST_OOM_AT_STEP)")
 
 
 def _perplexity(loss: float) -> float | None:
@@ -175,6 +186,7 @@ class EventsAndCheckpoints(TrainerCallback):
     def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if STEP_DELAY_S:
             time.sleep(STEP_DELAY_S)
+        _injected_oom(state.global_step)
         self.utilisation.maybe_emit(step=self.step_offset + state.global_step)
         if self.eval_steps and state.global_step % self.eval_steps == 0 and not _at_epoch_end(state):
             control.should_evaluate = True  # an epoch's end validates anyway (eval_strategy "epoch")

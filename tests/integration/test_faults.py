@@ -139,3 +139,36 @@ def test_disk_full_fails_classified_and_keeps_earlier_checkpoints(ray_cluster, t
 
     AutoModelForCausalLM.from_pretrained(str(out / "epoch-1"))  # intact and loadable
     assert checkpoints.read_meta(str(out / "epoch-1"))["base_model"] == repo
+
+
+def test_out_of_memory_fails_classified_with_fixes_the_cluster_accepts(ray_cluster, tiny_model, dataset, job_name,
+                                                                      monkeypatch):
+    """torch's out-of-memory error raised in a worker's step (injected: a CPU has no CUDA allocator to exhaust)
+    fails the job as out_of_memory, by its type, and the detail offers the page's four fixes; the QLoRA one,
+    opened in the create form, is a spec the pre-flight on the cluster accepts."""
+    from jupyter_cleverthis.text import detail_text
+
+    orig = JobService._runtime_env
+
+    def env(self, spec):
+        out = orig(self, spec)
+        out["env_vars"]["CLEVERTHIS_TEST_OOM_AT_STEP"] = "2"
+        return out
+
+    monkeypatch.setattr(JobService, "_runtime_env", env)
+    svc = JobService()
+    svc.create(JobSpec(name=job_name, base_model=tiny_model, dataset_path=str(dataset), epochs=1, batch_size=8,
+                       workers=1, training_config={"method": "lora", "report_to": ["none"]}), check=False)
+    d = svc.wait("local", job_name, poll=0.5, timeout=300)
+    assert d.status == JobStatus.FAILED and d.error_kind == "out_of_memory", (d.error, d.error_kind)
+    assert "CUDA out of memory" in d.error and "QLoRA" in d.advice
+    assert [f.label for f in d.fixes] == ["Retry with QLoRA", "Retry with half the batch size",
+                                         "Retry with gradient checkpointing", "Retry with ZeRO-3"]
+    assert d.fixes[1].spec["batch_size"] == 4 and d.fixes[1].spec["name"] == job_name
+    assert "  fix: Retry with QLoRA (4-bit base weights" in detail_text(d)  # %train show
+    monkeypatch.setattr(JobService, "_runtime_env", orig)
+    # the failed job owns its checkpoint folder: the retry writes to one of its own (the form asks for it)
+    qlora = svc.validate({**d.fixes[0].spec, "name": f"{job_name[:40]}-qlora",
+                          "output_dir": str(dataset.parent / "qlora-checkpoints")})
+    assert qlora.training_config.method == "qlora" and qlora.batch_size == 8
+    assert svc.preflight(qlora, quick=True)["errors"] == []

@@ -129,13 +129,14 @@ def test_a_job_blocked_by_another_says_which_node_and_job(ray_cluster, tiny_mode
     svc.create(JobSpec(name=holder, **spec), check=False)
     try:
         wait_for_step(svc, holder, 1)
-        svc.create(JobSpec(name=blocked, **{**spec, "epochs": 1}), check=False)
+        svc.create(JobSpec(name=blocked, **{**spec, "epochs": 1}, output_dir=str(dataset.parent / "b-checkpoints")),
+                   check=False)
         for _ in range(240):
             d = svc.get("local", blocked)
             if d.phase == "starting_workers":
                 break
             time.sleep(0.5)
-        assert d.status == JobStatus.QUEUED and d.phase == "starting_workers", d
+        assert d.status == JobStatus.QUEUED and d.phase == "starting_workers", (d.status, d.error)
         r = d.queued_reason
         assert r.message.startswith("needs 2 workers \u00d7 1 CPU with STRICT_SPREAD; node 127.0.0.1 (")
         head, other = r.nodes
