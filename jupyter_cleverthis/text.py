@@ -54,6 +54,7 @@ def detail_text(d: Any) -> str:
         lines.extend(f"    - {s}" for s in d.queued_reason.suggestions)
     if d.curve is not None:
         lines.append(f"  loss curve: {d.curve.advice}")
+    lines.extend(f"  hint: {h.message}" for h in d.hints)
     if d.checkpoint_dir:
         lines.append(f"  checkpoints: {d.checkpoint_dir}")
     for c in d.checkpoints:

@@ -62,15 +62,16 @@ export class NodesView {
 
   private _render(nodes: INodeResources[]): void {
     const head = h('tr', null, ...['Node', 'CPU free', 'GPU free', 'Memory free', 'Held by'].map(t => h('th', null, t)));
+    const cell = (text: string, cls?: string) => h('td', { title: text, class: cls }, text);
     const rows = nodes.map(n =>
       h(
         'tr',
         { class: `${CLASS}-row`, 'data-node': n.node_id },
-        h('td', { title: n.node_id }, `${n.name ?? n.node_id.slice(0, 8)}${n.head ? ' (head)' : ''}`),
-        h('td', null, Private.usage(n.CPU)),
-        h('td', null, Private.usage(n.GPU)),
-        h('td', null, Private.usage(n.memory, true)),
-        h('td', { class: `${CLASS}-heldBy` }, Private.heldBy(n))
+        cell(`${n.name ?? n.node_id.slice(0, 8)}${n.head ? ' (head)' : ''}`),
+        cell(Private.usage(n.CPU)),
+        cell(Private.usage(n.GPU)),
+        cell(Private.usage(n.memory, true)),
+        cell(Private.heldBy(n), `${CLASS}-heldBy`)
       )
     );
     this._table.replaceChildren(h('thead', null, head), h('tbody', null, ...rows));

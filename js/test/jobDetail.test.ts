@@ -129,6 +129,12 @@ describe('JobDetailView', () => {
     expect(hint.style.display).toBe('');
     expect(hint.textContent).toBe(advice);
     expect(hint.dataset.pattern).toBe('oscillating');
+    // the slow and stuck hints of the service join it, one line each
+    const slow = 'Data loading takes 40% of each step (0.40 s of 1.00 s): the dataset may be on slow storage.';
+    view.setJob(makeDetail({ curve: null, hints: [{ kind: 'data_loading', message: slow }] }));
+    expect(hint.style.display).toBe('');
+    expect([...hint.querySelectorAll('.jp-CleverThis-JobDetail-hint')].map(x => x.textContent)).toEqual([slow]);
+    expect(hint.querySelector('.jp-CleverThis-JobDetail-curveAdvice')).toBeNull();
   });
 
   it('resumes from the latest or from a chosen checkpoint, and copies paths', async () => {

@@ -40,6 +40,7 @@ from .models import (
 from .placement import explain
 from .ray_client import ray_status, short_message
 from .runtime_env import spec_of
+from .slowness import hints
 
 RAY_TO_STATUS = {
     "PENDING": JobStatus.QUEUED,
@@ -131,6 +132,7 @@ def detail_of(cluster: str, info: Any, evs: list[dict[str, Any]], *, log_url: st
         c.snippet = load_snippet(c.path, c.adapter_path, base)
     found = curve_diagnosis([e for e in evs if e["type"] == "step"])
     detail.curve = CurveDiagnosis(**found) if found else None
+    detail.hints = hints(detail, evs)
     return detail
 
 

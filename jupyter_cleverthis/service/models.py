@@ -279,6 +279,14 @@ class Fix(BaseModel):
     spec: SubmittedSpec | None = None  # the job's spec with the patch applied (what the create form opens with)
 
 
+class Hint(BaseModel):
+    """A slow or stuck job's hint (service/slowness.py): `kind` (data_loading, gpu_utilisation, one_worker,
+    stuck_initializing) and the sentence with the page's advice."""
+
+    kind: str
+    message: str
+
+
 class CurveDiagnosis(Record):
     """The page's loss-curve interpretation of the job's step losses so far (service/diagnosis.py)."""
 
@@ -311,6 +319,8 @@ class JobDetail(JobSummary):
     utilisation: list[UtilisationEvent] = []
     # what the loss curve shows, with the page's advice (None while too few steps to tell)
     curve: CurveDiagnosis | None = None
+    # slow throughput or a long initialization, with the page's advice (service/slowness.py)
+    hints: list[Hint] = []
 
 class JobPage(BaseModel):
     """`GET /clusters/{cluster}/jobs`: a page of summaries, and how many jobs matched in all."""

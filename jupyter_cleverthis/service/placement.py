@@ -169,7 +169,9 @@ def explain(workers: int, per: dict[str, float], strategy: str, nodes: list[dict
     for kind in per:
         amount = _largest_fitting(kind, per, workers, strategy, nodes)
         if amount is not None:
-            suggestions.append(f"a smaller request: {amount:g} {kind} per worker would start now")
+            amount = math.floor(amount * 100) / 100  # a figure to type; smaller still fits
+            if amount > 0:
+                suggestions.append(f"a smaller request: {amount:g} {kind} per worker would start now")
     if strategy.startswith("STRICT") and capacity(per, "PACK", nodes) >= workers:
         suggestions.append("placement_strategy PACK (or SPREAD): the workers would start now")
     for job in _holders(nodes, per, own_job):

@@ -17,7 +17,7 @@ from transformers import TrainerCallback
 
 from . import checkpoints, compat, events, methods, strategies
 from .control import PeerCheckpointError, WorkerControl
-from .monitoring import RayMetrics, Utilisation
+from .monitoring import RayMetrics, StepTiming, Utilisation
 
 # Tests only: slow each step down (numerics unchanged) so that a cancel or a kill lands mid-epoch.
 STEP_DELAY_S = float(os.environ.get("CLEVERTHIS_TEST_STEP_DELAY_S") or 0)
@@ -112,6 +112,7 @@ class EventsAndCheckpoints(TrainerCallback):
         self.merge_base: str | None = None  # QLoRA: merge into this base loaded in fp32 (methods.py)
         self.t0 = time.time()
         self.last_t, self.last_tokens, self.last_step = self.t0, 0, 0
+        self.timing = StepTiming()
         self.first_step: int | None = None
         self.last_epoch_dir: str | None = None
         self.last_path: str | None = None
@@ -176,6 +177,7 @@ class EventsAndCheckpoints(TrainerCallback):
             grad_norm=float(logs["grad_norm"]) if logs.get("grad_norm") is not None else None,
             tokens_per_s=round(tps, 1) if tps is not None else None,
             eta_s=round(rate * (state.max_steps - state.global_step), 1),
+            **self.timing.take(),
         )
         if self.metrics is not None:
             self.metrics.publish(loss=self.last_loss, learning_rate=float(logs.get("learning_rate", 0.0)),
@@ -183,7 +185,11 @@ class EventsAndCheckpoints(TrainerCallback):
                                  epoch=self.epoch_offset + float(state.epoch or 0))
         self.last_t, self.last_tokens, self.last_step = now, tokens, state.global_step
 
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self.timing.begin()
+
     def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self.timing.end()
         if STEP_DELAY_S:
             time.sleep(STEP_DELAY_S)
         _injected_oom(state.global_step)

@@ -231,6 +231,9 @@ class StepEvent(Event):
     grad_norm: float | None = None
     tokens_per_s: float | None = None
     eta_s: float | None = None
+    # mean seconds per step since the last step event: fetching the batch, and forward/backward/optimizer
+    data_s: float | None = None
+    compute_s: float | None = None
 
 
 class EpochEvent(Event):

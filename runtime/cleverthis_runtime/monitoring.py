@@ -124,3 +124,33 @@ class Utilisation:
             if v.isdigit():
                 return self.nvml.nvmlDeviceGetHandleByIndex(int(v))
         return self.nvml.nvmlDeviceGetHandleByIndex(dev)
+
+
+class StepTiming:
+    """Where a step's time goes: `data_s`, from one step's end to the next one's begin (the Trainer fetches the
+    batch there), and `compute_s`, from a step's begin to its end (forward, backward, optimizer), averaged over the
+    steps since the last `step` event. The first step's wait (set-up) is not counted."""
+
+    def __init__(self) -> None:
+        self._ended: float | None = None
+        self._began = 0.0
+        self._data = self._compute = 0.0
+        self._n = 0
+
+    def begin(self) -> None:
+        self._began = time.perf_counter()
+        if self._ended is not None:
+            self._data += self._began - self._ended
+
+    def end(self) -> None:
+        self._ended = time.perf_counter()
+        self._compute += self._ended - self._began
+        self._n += 1
+
+    def take(self) -> dict[str, float]:
+        if not self._n:
+            return {}
+        out = {"data_s": round(self._data / self._n, 4), "compute_s": round(self._compute / self._n, 4)}
+        self._data = self._compute = 0.0
+        self._n = 0
+        return out

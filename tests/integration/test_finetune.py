@@ -83,6 +83,10 @@ def test_lora_finetune_two_epochs(ray_cluster, tiny_model, dataset, job_name, cl
         assert len([u for u in mine if u.get("epoch") is not None]) == 2, (rank, mine)
         assert all(u["rss_bytes"] > 50_000_000 and u["cpu_percent"] >= 0 for u in mine)
     assert {u["rank"] for u in util} == {0, 1}
+    # where a step's time goes (the slow-throughput hint reads it): batch fetch and compute, timed per step
+    timed = [e for e in svc.events("local", job_name) if e["type"] == "step"]
+    assert all(e["compute_s"] > 0 and e["data_s"] >= 0 for e in timed[1:]), timed[:3]
+    assert sum(e["data_s"] for e in timed[1:]) < sum(e["compute_s"] for e in timed[1:])  # local data: compute-bound
     assert [u.rank for u in final.utilisation] == [0, 1]
     for u in final.utilisation:
         assert u.seq == max(e["seq"] for e in util if e["rank"] == u.rank)

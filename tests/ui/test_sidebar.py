@@ -215,7 +215,8 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
     queued_tab.locator(".jp-CleverThis-JobDetail-cancel").click()
     page.get_by_role("button", name="Cancel job").click()
     expect(tab_badge(queued_tab)).to_have_text("cancelled", timeout=120_000)
-    page.locator(f'li.lm-TabBar-tab[data-id="jp-CleverThis-job-local-{long}"]').click()  # back to the long job
+    job_row(panel, long).click()  # back to the long job's tab, as a user would from the list
+    expect(long_tab).to_be_visible()
     long_tab.locator(".jp-CleverThis-JobDetail-cancel").click()
     page.get_by_role("button", name="Cancel job").click()  # JupyterLab's confirmation dialog
     expect(tab_badge(long_tab)).to_have_text("cancelled", timeout=120_000)

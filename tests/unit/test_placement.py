@@ -42,6 +42,9 @@ def test_a_smaller_request_is_offered_only_where_it_fits_and_rounded_down():
     assert r["suggestions"][:2] == ["fewer workers: 2 would start now",
                                    "a smaller request: 0.5 CPU per worker would start now"]
     assert capacity({"CPU": 0.5}, "PACK", nodes) >= 3
+    five = explain(6, {"CPU": 1}, "PACK", [node("A", 5, 6)])  # 5/6 = 0.8333...: offered as 0.83, which fits
+    assert "a smaller request: 0.83 CPU per worker would start now" in five["suggestions"]
+    assert capacity({"CPU": 0.83}, "PACK", [node("A", 5, 6)]) >= 6
     gpu = explain(1, {"CPU": 1, "GPU": 1}, "PACK", [node("A", 4, 4)])  # no GPU anywhere
     assert "has 4 free CPUs and 0 free GPUs (it has none)" in gpu["message"]
     assert gpu["fits_ever"] == 0 and gpu["suggestions"][0].startswith("this cluster can never hold it (0 such workers")

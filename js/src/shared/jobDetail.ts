@@ -14,6 +14,7 @@ import {
   progressRows,
   backLink,
   renderCheckpoints,
+  renderDiagnosis,
   renderFixes,
   renderQueued,
   section,
@@ -293,10 +294,7 @@ export class JobDetailView {
     this._advice.style.display = job.advice ? '' : 'none';
     this._tracebackText.textContent = job.traceback ?? '';
     this._traceback.style.display = job.traceback ? '' : 'none';
-    // the page's loss-curve interpretation, from the service (the same words as `%train show`)
-    this._curve.textContent = job.curve ? job.curve.advice : '';
-    this._curve.dataset.pattern = job.curve?.pattern ?? '';
-    this._curve.style.display = job.curve ? '' : 'none';
+    renderDiagnosis(this._curve, job); // the curve's interpretation and the slow/stuck hints, as `%train show`
   }
 
   private _onTensorBoardClick = async (): Promise<void> => {

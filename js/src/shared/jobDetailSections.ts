@@ -40,6 +40,17 @@ export function renderQueued(el: HTMLElement, reason: IQueuedReason | null | und
   );
 }
 
+/** The service's loss-curve interpretation and its slow/stuck hints (`<VIEW_CLASS>-hint`); hidden when none. */
+export function renderDiagnosis(el: HTMLElement, job: IJobDetail): void {
+  const hints = job.hints ?? [];
+  el.dataset.pattern = job.curve?.pattern ?? '';
+  el.style.display = job.curve || hints.length ? '' : 'none';
+  el.replaceChildren(
+    ...(job.curve ? [h('div', { class: `${VIEW_CLASS}-curveAdvice` }, job.curve.advice)] : []),
+    ...hints.map(x => h('div', { class: `${VIEW_CLASS}-hint`, 'data-kind': x.kind }, x.message))
+  );
+}
+
 /** A failed job's fixes from the service, as "Retry with ..." buttons (hidden without fixes or a handler). */
 export function renderFixes(el: HTMLElement, job: IJobDetail, onRetry?: (job: IJobDetail, fix: IFix) => void): void {
   const fixes = job.status === 'failed' && onRetry ? (job.fixes ?? []) : [];

@@ -223,7 +223,8 @@ export function summaryAsDetail(job: IJobSummary): IJobDetail {
     stopped_early: false,
     stop_reason: null,
     utilisation: [],
-    curve: null
+    curve: null,
+    hints: []
   };
 }
 

@@ -470,6 +470,17 @@ export interface TrainingConfig {
   cancel_grace_s?: number | null;
 }
 /**
+ * A slow or stuck job's hint (service/slowness.py): `kind` (data_loading, gpu_utilisation, one_worker,
+ * stuck_initializing) and the sentence with the page's advice.
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "Hint".
+ */
+export interface Hint {
+  kind: string;
+  message: string;
+}
+/**
  * This interface was referenced by `CleverThisApi`'s JSON-Schema
  * via the `definition` "JobDetail".
  */
@@ -510,6 +521,7 @@ export interface JobDetail {
   stop_reason: string | null;
   utilisation: UtilisationEvent[];
   curve: CurveDiagnosis | null;
+  hints: Hint[];
 }
 /**
  * Why a queued job waits (detail.why_queued, placement.explain): its request against each node's free

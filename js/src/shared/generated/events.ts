@@ -293,6 +293,8 @@ export interface StepEvent {
   grad_norm?: number | null;
   tokens_per_s?: number | null;
   eta_s?: number | null;
+  data_s?: number | null;
+  compute_s?: number | null;
   [k: string]: unknown;
 }
 export interface EpochEvent {
