@@ -22,6 +22,7 @@ from ..errors import BadRequest, ClusterError, Forbidden, InvalidSpec, JobConfli
 from ..spec import JobSpec, JobStatus, error_list, format_errors
 from . import runtime_env, tfenv
 from .clusters import ClusterConfig, ClusterRegistry, home
+from .compare import spec_diff
 from .detail import (
     curves,
     detail_of,
@@ -208,6 +209,10 @@ class JobService:
         if detail.status == JobStatus.QUEUED:
             detail.queued_reason = why_queued(detail.spec or {}, cluster_nodes(self.cluster(cluster)), name)
         return detail
+
+    def compare(self, cluster: str, names: list[str]) -> list[dict[str, Any]]:
+        """Where the specs of jobs `names` differ, key by key (compare.spec_diff)."""
+        return spec_diff({n: self.spec(cluster, n) for n in names})
 
     def spec(self, cluster: str, name: str) -> dict[str, Any]:
         """The spec `name` was submitted with (what "Create from this job" and "Export" start from)."""

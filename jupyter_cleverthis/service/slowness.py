@@ -3,7 +3,8 @@ minutes" read from a job's events, one source for the job tab, the notebook's jo
 
 The thresholds (README, Troubleshooting), over the last WINDOW `step` events:
 - data loading: the batch fetch (`data_s`, timed by the runtime between a step's end and the next one's begin)
-  takes over DATA_SHARE of the step (`data_s + compute_s`);
+  takes over DATA_SHARE of the step (`data_s + compute_s`), both the median over the window (an epoch's
+  checkpoint or a validation falls between two steps too, and the median is not moved by one);
 - GPU utilisation: the workers' latest `gpu_util_percent` average under GPU_UTIL (only where GPUs report it);
 - one worker: the job runs a single worker (no data parallelism);
 - stuck initializing: the job has been initializing (downloading or loading the model, loading data) for over
@@ -12,6 +13,7 @@ The thresholds (README, Troubleshooting), over the last WINDOW `step` events:
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any
 
@@ -34,8 +36,8 @@ def throughput_hints(d: JobDetail, evs: list[dict[str, Any]]) -> list[Hint]:
     out = []
     recent = steps[-WINDOW:]
     if len(recent) >= MIN_STEPS:
-        data = sum(float(e["data_s"]) for e in recent) / len(recent)
-        compute = sum(float(e["compute_s"]) for e in recent) / len(recent)
+        data = statistics.median(float(e["data_s"]) for e in recent)
+        compute = statistics.median(float(e["compute_s"]) for e in recent)
         if data + compute > 0 and data / (data + compute) > DATA_SHARE:
             out.append(Hint(kind="data_loading", message=(
                 f"Data loading takes {100 * data / (data + compute):.0f}% of each step ({data:.2f} s of "

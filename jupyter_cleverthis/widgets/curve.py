@@ -15,7 +15,6 @@ from ..job import Job, default_service
 from ..service.jobs import JobService
 from ..text import fmt_duration
 from .base import on_kernel_loop
-from .hints import interpret
 
 log = logging.getLogger(__name__)
 MIN_UPDATE_INTERVAL_S = 0.1  # at most ~10 figure updates per second
@@ -41,7 +40,9 @@ class LossCurve(w.VBox):
             self.figure.add_scatter(name=f"{job.name} validation", mode="lines+markers", x=[], y=[])
         self.status = w.HTML()
         self.status.add_class("jp-CleverThis-curveStatus")
-        super().__init__([self.figure, self.status])
+        self.diff = w.HTML()  # comparing jobs: where their specs differ (service/compare.py)
+        self.diff.add_class("jp-CleverThis-configDiff")
+        super().__init__([self.figure, self.status, self.diff])
         self.hints: dict[str, tuple[str, str] | None] = {}
         self._last_update = 0.0
         self._task: asyncio.Task[None] | None = on_kernel_loop(self._loop, self.refresh)
@@ -55,7 +56,8 @@ class LossCurve(w.VBox):
             data.append(m)
             done = done and d.status.is_terminal()
             latest = m["latest"] or {}
-            hint = interpret(m["loss"], latest.get("total_steps"))
+            # the service's diagnosis of every step loss (not of the downsampled curve), as the other views show it
+            hint = (d.curve.pattern, d.curve.advice) if d.curve is not None else None
             self.hints[job.name] = hint
             parts = [f"<b>{html.escape(job.name)}</b> {d.status.value}"]
             if latest.get("loss") is not None:
@@ -66,6 +68,8 @@ class LossCurve(w.VBox):
                 parts.append(f"ETA {fmt_duration(latest['eta_s'])}")
             if hint:
                 parts.append(f"<i class='jp-CleverThis-hint' data-pattern='{hint[0]}'>{html.escape(hint[1])}</i>")
+            parts.extend(f"<i class='jp-CleverThis-hint' data-kind='{h.kind}'>{html.escape(h.message)}</i>"
+                         for h in d.hints)
             lines.append(" · ".join(parts))
         wait = MIN_UPDATE_INTERVAL_S - (time.time() - self._last_update)
         if wait > 0:
@@ -80,6 +84,8 @@ class LossCurve(w.VBox):
                 val.y = [v["eval_loss"] for v in m["validation"]]
         self._last_update = time.time()
         self.status.value = "<br>".join(lines)
+        if len(self.jobs) > 1 and not self.diff.value:  # specs do not change: the diff is read once
+            self.diff.value = diff_table(self.service.compare(self.jobs[0].cluster, [j.name for j in self.jobs]))
         return done
 
     async def _loop(self) -> None:
@@ -95,3 +101,17 @@ class LossCurve(w.VBox):
         if self._task is not None:
             self._task.cancel()
         super().close()
+
+
+def diff_table(rows: list[dict]) -> str:
+    """The config diff as an HTML table: one row per differing key, one column per job."""
+    if not rows:
+        return "<i>The jobs' specs are the same.</i>"
+    names = list(rows[0]["values"])
+    head = "".join(f"<th>{html.escape(n)}</th>" for n in names)
+    body = "".join(
+        f"<tr><td><code>{html.escape(r['key'])}</code></td>"
+        + "".join(f"<td>{html.escape('—' if r['values'][n] is None else str(r['values'][n]))}</td>" for n in names)
+        + "</tr>" for r in rows)
+    return f"<table class='jp-CleverThis-configDiffTable'><tr><th>setting</th>{head}</tr>{body}</table>"
+

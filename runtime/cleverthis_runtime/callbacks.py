@@ -189,9 +189,9 @@ class EventsAndCheckpoints(TrainerCallback):
         self.timing.begin()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-        self.timing.end()
         if STEP_DELAY_S:
-            time.sleep(STEP_DELAY_S)
+            time.sleep(STEP_DELAY_S)  # (counted as compute: it stands for a slower model)
+        self.timing.end()
         _injected_oom(state.global_step)
         self.utilisation.maybe_emit(step=self.step_offset + state.global_step)
         if self.eval_steps and state.global_step % self.eval_steps == 0 and not _at_epoch_end(state):

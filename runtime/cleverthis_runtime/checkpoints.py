@@ -97,18 +97,23 @@ def write_checkpoint(root: str, name: str, save: Callable[[Path], None], meta: d
         (tmp / META_FILE).write_text(json.dumps({**meta, "name": name, "written_at": time.time()}, indent=2))
         _fsync_tree(tmp)
         final = r / name
-        if final.exists():
-            # Replace an older checkpoint of the same name: move it aside first, then swap.
-            old = r / f".old-{name}-{uuid.uuid4().hex[:8]}"
-            os.rename(final, old)
-            os.rename(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, final)
+        move_into_place(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return str(final)
+
+
+def move_into_place(tmp: Path, final: Path) -> None:
+    """Rename a finished temporary folder to `final` in one step; an older folder of that name is moved aside
+    first, then removed (a reader sees the old one or the new one, never a mix)."""
+    if final.exists():
+        old = final.parent / f".old-{final.name}-{uuid.uuid4().hex[:8]}"
+        os.rename(final, old)
+        os.rename(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, final)
 
 
 def _injected_fault(name: str, tmp: Path) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import time
@@ -54,13 +53,7 @@ def export(source: str, dtype: str) -> dict[str, Any]:
         (tmp / META_FILE).write_text(json.dumps({
             "source": str(src), "dtype": dtype, "base_model": meta.get("base_model"), "epoch": meta.get("epoch"),
             "global_step": meta.get("global_step"), "exported_at": time.time()}, indent=2))
-        if final.exists():
-            old = final.parent / f".old-{final.name}-{uuid.uuid4().hex[:8]}"
-            os.rename(final, old)
-            os.rename(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, final)
+        checkpoints.move_into_place(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

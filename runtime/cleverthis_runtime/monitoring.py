@@ -128,8 +128,10 @@ class Utilisation:
 
 class StepTiming:
     """Where a step's time goes: `data_s`, from one step's end to the next one's begin (the Trainer fetches the
-    batch there), and `compute_s`, from a step's begin to its end (forward, backward, optimizer), averaged over the
-    steps since the last `step` event. The first step's wait (set-up) is not counted."""
+    batch there, and also logs, evaluates and saves: the service reads the median over many steps, which the
+    occasional evaluation or checkpoint does not move), and `compute_s`, from a step's begin to its end (forward,
+    backward, optimizer), averaged over the steps since the last `step` event. The first step's wait (set-up) is
+    not counted."""
 
     def __init__(self) -> None:
         self._ended: float | None = None

@@ -81,6 +81,10 @@ def test_lora_on_every_family(ray_cluster, tiny_arch, dataset, tmp_path, job_nam
                            workers=1, training_config={"method": "lora", "learning_rate": 2e-3,
                                                        "chat_template": TEMPLATE[arch]}), owner="tester")
         jobs[arch] = (name, data)
+    # Compare runs: the config diff beside their curves names what differs between two families' jobs, nothing else.
+    diff = {r["key"]: r["values"] for r in svc.compare("local", [jobs["mistral"][0], jobs["gemma"][0]])}
+    assert set(diff) == {"base_model", "dataset_path", "training_config.chat_template"}, diff
+    assert diff["training_config.chat_template"] == {jobs["mistral"][0]: "mistral", jobs["gemma"][0]: "gemma"}
     for arch, (name, _data) in jobs.items():
         final = svc.wait("local", name, poll=1.0, timeout=1200)
         evs = svc.events("local", name)

@@ -8,8 +8,8 @@ import pytest
 
 from jupyter_cleverthis.errors import InvalidSpec, JobNotFound
 from jupyter_cleverthis.job import Job
+from jupyter_cleverthis.service.models import CurveDiagnosis, Metrics
 from jupyter_cleverthis.service.models import JobDetail as Detail
-from jupyter_cleverthis.service.models import Metrics
 from jupyter_cleverthis.spec import JobSpec, JobStatus
 from jupyter_cleverthis.widgets import CreateJobForm, JobList, LogStream, LossCurve
 from jupyter_cleverthis.widgets import JobView as JobDetail
@@ -21,6 +21,7 @@ class FakeService:
         self.log = ""
         self.evs: list[dict] = []
         self.cancelled: list[str] = []
+        self.specs: dict[str, dict] = {}
 
     def add(self, name, status=JobStatus.RUNNING, losses=()):
         self.jobs[name] = Detail(name=name, cluster="local", status=status, ray_status="RUNNING",
@@ -33,9 +34,17 @@ class FakeService:
         return list(self.jobs.values())
 
     def get(self, cluster, name):
+        from jupyter_cleverthis.service.diagnosis import curve_diagnosis
+
         if name not in self.jobs:
             raise JobNotFound(f"no job named '{name}'")
-        return self.jobs[name]
+        found = curve_diagnosis([e for e in self.evs if e["job"] == name and e["type"] == "step"])
+        return self.jobs[name].model_copy(update={"curve": CurveDiagnosis(**found) if found else None})
+
+    def compare(self, cluster, names):
+        from jupyter_cleverthis.service.compare import spec_diff
+
+        return spec_diff({n: self.specs.get(n, {}) for n in names})
 
     def events(self, cluster, name, since=0):
         return [e for e in self.evs if e["i"] > since and e["job"] == name]
@@ -123,11 +132,18 @@ def test_create_form_validates_with_field_errors(svc):
 
 
 def test_loss_curve_compares_jobs_and_hints(svc):
+    svc.specs = {"a": {"name": "a", "epochs": 3, "training_config": {"learning_rate": 2e-4, "lora_r": 8}},
+                 "b": {"name": "b", "epochs": 3, "training_config": {"learning_rate": 1e-3}}}
     c = LossCurve([Job("a", service=svc), "b"], service=svc)
     assert len(c.figure.data) == 4
     assert list(c.figure.data[0].y)[:2] == [3.0, 2.98]
     assert c.hints["a"][0] == "smooth" and c.hints["b"] is None
     assert "a</b> running" in c.status.value and "Loss decreasing smoothly" in c.status.value
+    # the config diff beside the curves: only what differs, one column per job
+    assert c.diff.value.count("<tr>") == 3  # the header, learning_rate, lora_r
+    assert "<code>training_config.learning_rate</code></td><td>0.0002</td><td>0.001</td>" in c.diff.value
+    assert "<code>training_config.lora_r</code></td><td>8</td><td>—</td>" in c.diff.value
+    assert "epochs" not in c.diff.value and "<code>name</code>" not in c.diff.value
 
 
 def test_the_old_widget_name_still_imports_with_a_deprecation_warning():
