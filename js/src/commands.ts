@@ -28,6 +28,7 @@ export namespace CommandIDs {
   export const resumeJob = 'cleverthis:resume-job';
   export const startCluster = 'cleverthis:start-cluster';
   export const stopCluster = 'cleverthis:stop-cluster';
+  export const prefetchModel = 'cleverthis:prefetch-model';
 }
 
 /** The commands the palette lists. */
@@ -41,7 +42,8 @@ export const PALETTE_COMMANDS = [
   CommandIDs.cancelJob,
   CommandIDs.resumeJob,
   CommandIDs.startCluster,
-  CommandIDs.stopCluster
+  CommandIDs.stopCluster,
+  CommandIDs.prefetchModel
 ];
 
 /** What the commands act on. */
@@ -261,6 +263,41 @@ export function addCommands(app: JupyterFrontEnd, context: ICommandContext): voi
       const url = dashboardUrl(serverSettings.baseUrl, cluster);
       window.open(url, '_blank', 'noopener');
       return url;
+    }
+  });
+
+  commands.addCommand(CommandIDs.prefetchModel, {
+    label: 'Pre-fetch a Model to the Cluster\u2026',
+    caption: 'Download a Hugging Face model into the model cache of every node (jobs then start without it)',
+    execute: async args => {
+      const cluster = (args.cluster as string | undefined) || panel.cluster;
+      let model = args.model as string | undefined;
+      if (!cluster) {
+        return null;
+      }
+      if (!model) {
+        const answer = await InputDialog.getText({ title: `Pre-fetch a model to \u201c${cluster}\u201d`, label: 'Hugging Face model id (org/name)' });
+        model = answer.button.accept ? answer.value?.trim() : undefined;
+      }
+      if (!model) {
+        return null;
+      }
+      const run = transport.downloadModel(cluster, model);
+      const id = Notification.emit(`Pre-fetching ${model} on every node of \u201c${cluster}\u201d\u2026`, 'in-progress', { autoClose: false });
+      run.then(
+        r => {
+          const where = r.nodes.map(n => `${n.hostname ?? n.node_ip}: ${n.status}`).join(', ');
+          const failed = r.error ?? r.nodes.filter(n => n.status === 'error').map(n => n.error).join('; ');
+          Notification.update({
+            id,
+            type: r.ok ? 'success' : 'warning',
+            autoClose: 10_000,
+            message: r.ok ? `${model} is in the model cache of every node (${where}).` : `${model} is not on every node: ${failed}`
+          });
+        },
+        err => Notification.update({ id, type: 'error', autoClose: false, message: `Could not pre-fetch ${model}: ${errorMessage(err)}` })
+      );
+      return run;
     }
   });
 }

@@ -56,6 +56,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       transport,
       confirmCancel,
       onClone: job => void commands.execute(CommandIDs.cloneJob, { cluster: job.cluster, name: job.name }),
+      onPrefetch: job => void commands.execute(CommandIDs.prefetchModel, { cluster: job.cluster, model: job.base_model }),
       onRetryWith: (job, fix) =>
         void commands.execute(CommandIDs.cloneJob, { cluster: job.cluster, name: job.name, spec: fix.spec } as any),
       onExport: job => void commands.execute(CommandIDs.exportJob, { cluster: job.cluster, name: job.name }),

@@ -30,6 +30,8 @@ export interface IJobTabOptions {
   onClone?: (job: IJobDetail) => void;
   /** "Export"; hidden when omitted. */
   onExport?: (job: IJobDetail) => void;
+  /** "Pre-fetch model" for a Hub base model; hidden when omitted. */
+  onPrefetch?: (job: IJobDetail) => void;
   /** A failure's fix ("Retry with QLoRA"): the create form with the fixed spec; no fix buttons when omitted. */
   onRetryWith?: (job: IJobDetail, fix: IFix) => void;
   /** "Save as template"; hidden when omitted. */
@@ -69,6 +71,7 @@ export class JobTab extends Widget {
         : undefined,
       onOpenTensorBoard: this.transport.openTensorBoard ? job => this._actions.openTensorBoard(job) : undefined,
       onClone: options.onClone,
+      onPrefetch: options.onPrefetch,
       onRetryWith: options.onRetryWith,
       onExport: options.onExport,
       onSaveTemplate: options.onSaveTemplate,

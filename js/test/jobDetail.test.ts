@@ -162,6 +162,20 @@ describe('JobDetailView', () => {
     expect(view.node.querySelectorAll('.jp-CleverThis-copy').length).toBe(2); // one per path (load code: from the service)
   });
 
+  it('offers "Pre-fetch model" for a Hub model only', () => {
+    const onPrefetch = vi.fn();
+    const view = new JobDetailView({ onPrefetch });
+    const button = view.node.querySelector('.jp-CleverThis-JobDetail-prefetch') as HTMLButtonElement;
+    view.setJob(makeDetail({ base_model: 'meta-llama/Llama-2-7b-hf' }));
+    expect(button.style.display).toBe('');
+    button.click();
+    expect(onPrefetch).toHaveBeenCalledWith(view.job);
+    for (const local of ['/models/tiny', './tiny', '~/m', 'tiny-local']) {
+      view.setJob(makeDetail({ base_model: local }));
+      expect(button.style.display).toBe('none');
+    }
+  });
+
   it("offers a failure's fixes from the service as buttons that open the create form with the fixed spec", () => {
     const onRetryWith = vi.fn();
     const view = new JobDetailView({ onRetryWith });

@@ -4,6 +4,7 @@ Routes (all under <base_url>cleverthis/api, all authenticated; see docs/rest-api
   GET  /schema                                   JSON Schemas of the job spec and training config
   GET  /clusters                                 clusters with status and resources
   GET  /clusters/{cluster}/nodes                 alive nodes: free and total resources, what each job holds
+  POST /clusters/{cluster}/download              {model, revision}: pre-fetch a Hub model on every node
   GET  /templates                                saved specs;  PUT|DELETE /templates/{name}: save / remove one
   POST /clusters/{cluster}/up | /down            start / stop the managed local cluster
   POST /clusters/{cluster}/plan                  pre-flight plan for a spec, without submitting
@@ -47,6 +48,7 @@ from ..service.models import (
     ClusterList,
     ClusterState,
     Curves,
+    DownloadResult,
     EventsPage,
     JobPage,
     LogsPage,
@@ -220,6 +222,21 @@ class ClusterActionHandler(BaseHandler):
 _CLUSTER_ACTIONS: dict[str, threading.Lock] = {}
 
 
+class DownloadHandler(BaseHandler):
+    @api
+    async def post(self, cluster: str) -> None:
+        """Pre-fetch a Hub model into every node's cache (model.download); answers when every node has answered
+        (minutes for a large model: the front-ends show it as running)."""
+        body = self.json_body()
+        model, revision = body.get("model"), body.get("revision")
+        if not isinstance(model, str) or not model.strip():
+            raise BadRequest("model must be a Hugging Face model id (org/name)", details={"field": "model"})
+        if revision is not None and not isinstance(revision, str):
+            raise BadRequest("revision must be a branch, tag or commit", details={"field": "revision"})
+        res = await self.run(self.service.download, cluster, model.strip(), revision=revision or None)
+        self.reply_model(DownloadResult.model_validate(res))
+
+
 class NodesHandler(BaseHandler):
     @api
     async def get(self, cluster: str) -> None:
@@ -353,6 +370,7 @@ def routes() -> list[tuple[str, type[Any]]]:
         (rf"{base}/clusters/({NAME})/(up|down)", ClusterActionHandler),
         (rf"{base}/clusters/({NAME})/plan", PlanHandler),
         (rf"{base}/clusters/({NAME})/nodes", NodesHandler),
+        (rf"{base}/clusters/({NAME})/download", DownloadHandler),
         (rf"{base}/clusters/({NAME})/jobs", JobsHandler),
         (job, JobHandler),
         (rf"{job}/cancel", CancelHandler),

@@ -144,17 +144,6 @@ loads it (with PeftModel too where it holds a LoRA adapter)."""
     snippet: str | None = None
 
 
-class ExportResult(BaseModel):
-    """`POST .../jobs/{name}/export`: the standalone merged model folder written on the cluster."""
-
-    job: str
-    checkpoint: str
-    source: str
-    path: str
-    dtype: str
-    size_bytes: int | None = None
-
-
 class Metrics(BaseModel):
     step: int | None = None
     total_steps: int | None = None
@@ -387,10 +376,12 @@ class TensorBoardLink(BaseModel):
     run: str
 
 
-# The pre-flight answer lives in preflight_models.py (this module's size); served from here as before.
-from .preflight_models import (  # noqa: E402, F401
+# The helper jobs' answers (pre-flight, pre-fetch, export) live in helper_models.py; served from here as well.
+from .helper_models import (  # noqa: E402, F401
     ChatTemplateChoice,
     DatasetFacts,
+    DownloadResult,
+    ExportResult,
     FieldError,
     Preflight,
     PreviewRun,

@@ -314,3 +314,25 @@ async def test_templates_save_list_and_delete(jp_fetch, job_name):
     with pytest.raises(HTTPClientError) as gone:
         await jp_fetch(*api, job_name, method="DELETE")
     assert gone.value.code == 404
+
+
+async def test_prefetch_answers_per_node(jp_fetch, ray_cluster, tiny_model, tmp_path, monkeypatch):
+    """`POST .../download` (the job tab's "Pre-fetch model", the palette's command): the model cache of each node,
+    read on the cluster; a model no node has (nothing can be downloaded here) is named, per node."""
+    import uuid
+    from pathlib import Path
+
+    from .training_helpers import make_cached_model
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # travels with the helper job to the nodes
+    repo = f"cleverthis-test/tiny-{uuid.uuid4().hex[:8]}"
+    snap = make_cached_model(tmp_path / "hf", repo, Path(tiny_model))
+    api = ("cleverthis", "api", "clusters", "local", "download")
+    got = await _json(await jp_fetch(*api, method="POST", body=json.dumps({"model": repo}), request_timeout=300))
+    assert got["ok"] is True and [(n["status"], n["path"]) for n in got["nodes"]] == [("cached", str(snap))], got
+    other = f"cleverthis-test/absent-{uuid.uuid4().hex[:8]}"
+    miss = await _json(await jp_fetch(*api, method="POST", body=json.dumps({"model": other}), request_timeout=300))
+    assert miss["ok"] is False and f"model '{other}' is not in the model cache" in miss["nodes"][0]["error"]
+    with pytest.raises(HTTPClientError) as bad:
+        await jp_fetch(*api, method="POST", body=json.dumps({"model": " "}))
+    assert bad.value.code == 400 and json.loads(bad.value.response.body)["details"] == {"field": "model"}

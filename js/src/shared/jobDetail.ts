@@ -28,7 +28,7 @@ import { ExportMerged, ExportMergedFn } from './exportMerged';
 import { ICurveSeries } from './curveFollower';
 import { LogView } from './logView';
 import { ILossCurveOptions, LossCurve } from './lossCurve';
-import { ICheckpoint, IFix, IJobDetail, IJobEvent, isActive } from './model';
+import { ICheckpoint, IFix, IJobDetail, IJobEvent, isActive, isHubId } from './model';
 
 /** Options of {@link JobDetailView}. */
 export interface IJobDetailViewOptions {
@@ -41,6 +41,8 @@ export interface IJobDetailViewOptions {
    * per checkpoint; `checkpoint` is undefined for the latest.
    */
   onResume?: (job: IJobDetail, checkpoint?: ICheckpoint) => void | Promise<unknown>;
+  /** Shows "Pre-fetch model" for a base model from the Hub (the model cache of every node). */
+  onPrefetch?: (job: IJobDetail) => void;
   /** Shows the failure's fixes ("Retry with QLoRA") as buttons: the create form prefilled with the change. */
   onRetryWith?: (job: IJobDetail, fix: IFix) => void;
   /** Shows "Export merged" on LoRA checkpoints, running the export on the cluster. */
@@ -89,6 +91,9 @@ export class JobDetailView {
     this._clone = Private.button('clone', "A new job with this job's settings (the form, prefilled)", 'Create from this job');
     this._clone.style.display = options.onClone ? '' : 'none';
     this._clone.addEventListener('click', () => this._job && void options.onClone?.(this._job));
+    this._prefetch = Private.button('prefetch', "Download the base model into every node's cache", 'Pre-fetch model');
+    this._prefetch.addEventListener('click', () => this._job && void options.onPrefetch?.(this._job));
+    this._hasPrefetch = !!options.onPrefetch;
     this._export = Private.button('export', "This job's spec as YAML that %%train and --config read", 'Export');
     this._export.style.display = options.onExport ? '' : 'none';
     this._export.addEventListener('click', () => this._job && void options.onExport?.(this._job));
@@ -218,7 +223,7 @@ export class JobDetailView {
       this._title,
       this._badge,
       h('span', { class: `${CSS_PREFIX}-spacer` }),
-      h('span', { class: `${VIEW_CLASS}-actions` }, this._clone, this._template, this._export, this._resume, this._cancel)
+      h('span', { class: `${VIEW_CLASS}-actions` }, this._prefetch, this._clone, this._template, this._export, this._resume, this._cancel)
     );
     this.node.append(
       header,
@@ -258,6 +263,7 @@ export class JobDetailView {
     this._error.style.display = 'none';
     this._resume.disabled = true;
     this._clone.disabled = true;
+    this._prefetch.style.display = 'none';
     this._export.disabled = true;
     this._template.disabled = true;
     for (const el of [this._queued, this._advice, this._fixes, this._traceback, this._curve]) {
@@ -280,6 +286,7 @@ export class JobDetailView {
     const checkpointsKnown = (job.checkpoints ?? []).length > 0;
     this._resume.disabled = this._resuming || isActive(job.status) || !checkpointsKnown;
     this._clone.disabled = this._export.disabled = this._template.disabled = false;
+    this._prefetch.style.display = this._hasPrefetch && isHubId(job.base_model) ? '' : 'none';
   }
 
   /** The message, error, why queued, advice and traceback lines (each hidden when empty). */
@@ -349,6 +356,8 @@ export class JobDetailView {
   private readonly _exportMerged?: ExportMerged;
   private readonly _resume: HTMLButtonElement;
   private readonly _clone: HTMLButtonElement;
+  private readonly _prefetch: HTMLButtonElement;
+  private readonly _hasPrefetch: boolean;
   private readonly _export: HTMLButtonElement;
   private readonly _template: HTMLButtonElement;
   private readonly _queued: HTMLDivElement;

@@ -87,6 +87,14 @@ export type INodeResources = Api.NodeResources;
 /** A change to a failed job's spec that its error's advice names ("Retry with QLoRA"; `Fix`). */
 export type IFix = Api.Fix;
 
+/** `POST /clusters/{cluster}/download`: the pre-fetch's answer per node (`DownloadResult`). */
+export type IDownloadResult = Api.DownloadResult;
+
+/** Whether a base model is a Hub id to pre-fetch (`org/name`), not a path on the nodes. */
+export function isHubId(model: string | null | undefined): boolean {
+  return !!model && !/^[/.~]/.test(model) && /^[A-Za-z0-9][\w.-]*\/[\w.-]+$/.test(model);
+}
+
 /** `POST .../jobs/{name}/export`: the standalone merged model folder written on the cluster (`ExportResult`). */
 export type IExportResult = Api.ExportResult;
 

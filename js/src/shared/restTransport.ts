@@ -10,6 +10,7 @@ import {
   IClusterInfo,
   IClusterList,
   IClusterState,
+  IDownloadResult,
   IEventsPage,
   IExportResult,
   IJobDetail,
@@ -110,6 +111,10 @@ export class RestTransport implements ITransport {
 
   saveTemplate(name: string, spec: Record<string, unknown>): Promise<ITemplate> {
     return this._request<ITemplate>('PUT', ['templates', name], { spec });
+  }
+
+  downloadModel(cluster: string, model: string, revision?: string): Promise<IDownloadResult> {
+    return this._request<IDownloadResult>('POST', ['clusters', cluster, 'download'], { model, revision: revision ?? null });
   }
 
   exportCheckpoint(cluster: string, name: string, checkpoint: string, dtype: string): Promise<IExportResult> {

@@ -6,6 +6,7 @@
 import {
   IClusterInfo,
   IClusterState,
+  IDownloadResult,
   IEventsPage,
   IExportResult,
   IFieldError,
@@ -61,6 +62,8 @@ export interface ITransport {
   getSchema(): Promise<ISchemaBundle>;
   /** Start (`up`) or stop (`down`) a cluster jupyter-cleverthis manages; absent where it cannot. */
   clusterAction?(cluster: string, action: 'up' | 'down'): Promise<IClusterState>;
+  /** Pre-fetch a Hub model into every node's cache (`model.download`); absent where it cannot. */
+  downloadModel?(cluster: string, model: string, revision?: string): Promise<IDownloadResult>;
   /** Export merged: a checkpoint as a standalone fp16/bf16 model folder on the cluster; absent where it cannot. */
   exportCheckpoint?(cluster: string, name: string, checkpoint: string, dtype: string): Promise<IExportResult>;
   /** The cluster's alive nodes, the head first (`GET /clusters/{cluster}/nodes`); absent where unknown. */

@@ -225,6 +225,24 @@ export interface DeepSpeedConfig {
   bf16?: boolean;
 }
 /**
+ * `POST /clusters/{cluster}/download`: the pre-fetch's answer, per node (status cached, downloaded or error,
+ * with path, bytes, seconds or the error); `ok` when every node has the model.
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "DownloadResult".
+ */
+export interface DownloadResult {
+  model: string;
+  revision: string | null;
+  ok: boolean;
+  nodes: {
+    [k: string]: unknown;
+  }[];
+  seconds: number | null;
+  error: string | null;
+  [k: string]: unknown;
+}
+/**
  * `GET .../jobs/{name}/events?since=N`: the job's events after index N, in log order, each one of
  * cleverthis_runtime.event_models (js/src/shared/generated/events.ts) with its index `i` in the job's event log;
  * `next` is the last index sent (`since` when none).

@@ -1,4 +1,5 @@
-"""The pre-flight answer (`POST /clusters/{cluster}/plan`, cleverthis_runtime.preflight) as the service serves it;
+"""The answers of the helper jobs as the service serves them: the pre-flight (`POST /clusters/{cluster}/plan`,
+cleverthis_runtime.preflight), the pre-fetch (`POST .../download`) and Export merged (`POST .../export`);
 re-exported by models.py with the other REST bodies."""
 
 from __future__ import annotations
@@ -63,3 +64,27 @@ class Preflight(BaseModel):
     chat_template: ChatTemplateChoice | None = None
     lora_target_modules: TargetModulesChoice | None = None
     preview: list[list[PreviewRun]] = []
+
+
+class DownloadResult(BaseModel):
+    """`POST /clusters/{cluster}/download`: the pre-fetch's answer, per node (status cached, downloaded or error,
+    with path, bytes, seconds or the error); `ok` when every node has the model."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str
+    revision: str | None = None
+    ok: bool
+    nodes: list[dict[str, Any]] = []
+    seconds: float | None = None
+    error: str | None = None
+
+
+class ExportResult(BaseModel):
+    """`POST .../jobs/{name}/export`: the standalone merged model folder written on the cluster."""
+
+    job: str
+    checkpoint: str
+    source: str
+    path: str
+    dtype: str
+    size_bytes: int | None = None
