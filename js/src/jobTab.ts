@@ -94,7 +94,10 @@ export class JobTab extends Widget {
 
   /** The tab id of a job (one tab per job). */
   static idOf(cluster: string, name: string): string {
-    return `jp-CleverThis-job-${encodeURIComponent(cluster)}-${encodeURIComponent(name)}`.replace(/%/g, '_');
+    // URI-encode, then "_" starts every escape ("_" itself is _5F), and the cluster's "-" is escaped too: the first
+    // "-" after the prefix separates the two, so no two (cluster, name) pairs share an id; plain names read as is
+    const enc = (s: string) => encodeURIComponent(s).replace(/_/g, '%5F').replace(/%/g, '_');
+    return `jp-CleverThis-job-${enc(cluster).replace(/-/g, '_2D')}-${enc(name)}`;
   }
 
   readonly cluster: string;

@@ -43,6 +43,9 @@ describe('JobTab', () => {
     const tab = openTab(transport);
     expect(tab.id).toBe(JobTab.idOf('local', 'tiny-ft'));
     expect(JobTab.idOf('local', 'a/b')).not.toBe(JobTab.idOf('local', 'a_b')); // distinct ids for distinct names
+    expect(JobTab.idOf('local', 'a_2Fb')).not.toBe(JobTab.idOf('local', 'a/b'));
+    expect(JobTab.idOf('a-b', 'c')).not.toBe(JobTab.idOf('a', 'b-c')); // a "-" in a cluster's name
+    expect(JobTab.idOf('local', 'ui-short-12')).toBe('jp-CleverThis-job-local-ui-short-12'); // plain names as is
     expect(tab.title.label).toBe('tiny-ft');
     expect(tab.title.closable).toBe(true);
     await tab.refresh();

@@ -18,6 +18,15 @@ from .base import on_kernel_loop
 
 log = logging.getLogger(__name__)
 MIN_UPDATE_INTERVAL_S = 0.1  # at most ~10 figure updates per second
+# The kernel cannot know JupyterLab's theme: a transparent figure with mid-grey text and grid reads on the light
+# and the dark themes alike (plotly's own templates paint a white or light-grey background).
+_GREY, _GRID = "#8a8a8a", "rgba(138, 138, 138, 0.25)"
+THEME_NEUTRAL = {
+    "template": "none", "paper_bgcolor": "rgba(0, 0, 0, 0)", "plot_bgcolor": "rgba(0, 0, 0, 0)",
+    "font": {"color": _GREY},
+    "xaxis": {"gridcolor": _GRID, "zerolinecolor": _GRID, "linecolor": _GREY},
+    "yaxis": {"gridcolor": _GRID, "zerolinecolor": _GRID, "linecolor": _GREY},
+}
 
 
 class LossCurve(w.VBox):
@@ -32,8 +41,7 @@ class LossCurve(w.VBox):
         self.interval = max(interval, MIN_UPDATE_INTERVAL_S)
         self.figure = go.FigureWidget(layout=go.Layout(
             height=320, margin={"l": 50, "r": 20, "t": 30, "b": 40},
-            xaxis_title="step", yaxis_title="loss", legend={"orientation": "h"},
-            template="plotly_white",
+            xaxis_title="step", yaxis_title="loss", legend={"orientation": "h"}, **THEME_NEUTRAL,
         ))
         for job in self.jobs:
             self.figure.add_scatter(name=f"{job.name} train", mode="lines", x=[], y=[])

@@ -99,7 +99,8 @@ def assert_no_console_errors(errors: list[str], *allowed: str) -> None:
 
 
 def job_tab(page: Page, name: str, cluster: str = "local") -> Locator:
-    """A job's main-area tab (js/src/jobTab.ts: id jp-CleverThis-job-<cluster>-<name> for plain names)."""
+    """A job's main-area tab (js/src/jobTab.ts: id jp-CleverThis-job-<cluster>-<name> for names and clusters of
+    letters, digits and "-" (a cluster's "-" is escaped), as the tests' are)."""
     return page.locator(f'[id="jp-CleverThis-job-{cluster}-{name}"]')
 
 

@@ -19,6 +19,7 @@ from .helpers import (  # noqa: E402
     fill_fields,
     plot_points,
     run_command,
+    set_theme,
     unique,
     wait_kernel_idle,
 )
@@ -116,4 +117,11 @@ def test_widgets_create_follow_and_detail(page: Page, shots, console_errors, lab
     shots("loss-curve-final")
     detail_cell.scroll_into_view_if_needed()
     shots("job-detail")
+    # The dark theme: the curve paints no background of its own, so it sits on the notebook's dark one.
+    set_theme(page, "JupyterLab Dark")
+    curve_cell.scroll_into_view_if_needed()
+    backgrounds = plot.evaluate("el => [...el.querySelectorAll('.main-svg')].map(s => getComputedStyle(s).backgroundColor)")
+    assert backgrounds and all(b in ("rgba(0, 0, 0, 0)", "transparent") for b in backgrounds), backgrounds
+    assert plot.locator("rect.bg").first.evaluate("r => getComputedStyle(r).fill") in ("rgba(0, 0, 0, 0)", "transparent")
+    shots("loss-curve-dark")
     assert_no_console_errors(console_errors)

@@ -144,6 +144,11 @@ def test_loss_curve_compares_jobs_and_hints(svc):
     assert "<code>training_config.learning_rate</code></td><td>0.0002</td><td>0.001</td>" in c.diff.value
     assert "<code>training_config.lora_r</code></td><td>8</td><td>—</td>" in c.diff.value
     assert "epochs" not in c.diff.value and "<code>name</code>" not in c.diff.value
+    # readable on JupyterLab's light and dark themes: no painted background, grey text and grid
+    layout = c.figure.layout
+    assert layout.paper_bgcolor == layout.plot_bgcolor == "rgba(0, 0, 0, 0)"
+    assert layout.font.color == "#8a8a8a" and layout.xaxis.gridcolor.startswith("rgba(138, 138, 138")
+    assert layout.xaxis.title.text == "step" and layout.yaxis.title.text == "loss"
 
 
 def test_the_old_widget_name_still_imports_with_a_deprecation_warning():
