@@ -59,18 +59,18 @@ ERRNOS = {errno.ENOSPC: "disk_full", errno.EDQUOT: "disk_full", errno.EACCES: "p
 
 
 def kind_of_exception(exc: BaseException) -> str | None:
-    """The kind its type (or a cause's) says, or None."""
+    """The kind the types along its chain of causes say (a CheckpointError raised from a full disk's OSError is
+    disk_full: where several say, the first in RULES' order wins), or None."""
+    found: set[str] = set()
     seen: set[int] = set()
     e: BaseException | None = exc
     while e is not None and id(e) not in seen:
         seen.add(id(e))
         if isinstance(e, OSError) and e.errno in ERRNOS:
-            return ERRNOS[e.errno]
-        for cls in type(e).__mro__:
-            if cls.__name__ in TYPES:
-                return TYPES[cls.__name__]
+            found.add(ERRNOS[e.errno])
+        found.update(TYPES[c.__name__] for c in type(e).__mro__ if c.__name__ in TYPES)
         e = e.__cause__ or e.__context__
-    return None
+    return next((kind for kind, _, _ in RULES if kind in found), None)
 
 
 def classify_exception(exc: BaseException) -> tuple[str, str]:

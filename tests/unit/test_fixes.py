@@ -30,6 +30,18 @@ def test_the_type_decides_before_the_text():
             raise RuntimeError("the step failed") from inner
     except RuntimeError as outer:
         assert classify_exception(outer)[0] == "out_of_memory"  # a cause's type counts
+    # a wrapper raised from a cause: the cause's kind when it ranks first (a full disk under a CheckpointError)
+    class CheckpointError(RuntimeError):
+        pass
+
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as e:
+            raise CheckpointError("cannot write checkpoint epoch-2") from e
+    except CheckpointError as wrapped:
+        assert classify_exception(wrapped)[0] == "disk_full"
+    assert classify_exception(CheckpointError("the folder is taken"))[0] == "checkpoint"
     # an untyped error: its text, as before
     assert classify_exception(RuntimeError("CUDA error: out of memory"))[0] == "out_of_memory"
     assert classify_exception(RuntimeError("something else"))[0] == "training"
