@@ -18,7 +18,7 @@ export CLEVERTHIS_TF_PYTHON ?= $(TF_ENV)/bin/python
 export CLEVERTHIS_STAGES ?= $(CURDIR)/.cache/stages.txt
 STAGE := $(CURDIR)/.ci/stage
 
-.PHONY: test-serial test-serial-then-wheel hub-proxy install install-tf demo test test-fast lint test-unit test-js types test-wheel test-pytest test-ui bench clean chromium
+.PHONY: test-serial hub-proxy install install-tf demo test test-fast lint test-unit test-js types test-wheel test-pytest test-ui bench clean chromium
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -100,13 +100,8 @@ test:
 	@mkdir -p $(dir $(CLEVERTHIS_STAGES))
 	$(STAGE) install $(MAKE) --no-print-directory install install-tf chromium hub-proxy
 	$(STAGE) lint+js $(MAKE) --no-print-directory lint test-js
-	$(MAKE) --no-print-directory test-pytest
-	$(MAKE) --no-print-directory -j2 -Otarget test-serial-then-wheel test-ui
-
-# One lane beside the browser tests (about as long as the two together): the serial tests, then the wheel check.
-test-serial-then-wheel: install-tf
-	$(MAKE) --no-print-directory test-serial
-	$(MAKE) --no-print-directory test-wheel
+	$(MAKE) --no-print-directory test-wheel test-pytest
+	$(MAKE) --no-print-directory -j2 -Otarget test-serial test-ui
 
 bench: install
 	$(PY) -m bench

@@ -196,7 +196,7 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
     # The cluster's nodes from the sidebar: the head, its free CPUs, and the long job's worker holding one.
     panel.locator(".jp-CleverThis-nodes-summary").click()
     head = panel.locator(".jp-CleverThis-nodes-row").first
-    expect(head.locator("td").first).to_have_text("127.0.0.1 (head)")
+    expect(head.locator("td").first).to_have_text("127.0.0.1 (head)", timeout=60_000)  # loaded when opened
     expect(head.locator(".jp-CleverThis-nodes-heldBy")).to_contain_text(f"{long} (1 CPU)", timeout=30_000)
     shots("nodes")
     # A job that asks for more than is free: queued, and its tab says what blocks it, node by node, and what
