@@ -46,6 +46,9 @@ def detail_text(d: Any) -> str:
               "workers"):
         lines.append(f"  {k}: {getattr(d, k)}")
     lines.append(f"  elapsed: {fmt_duration(d.elapsed_s)}")
+    if d.error_line is not None:  # the dataset line to mend, as an editor's path:line
+        el = d.error_line
+        lines.append(f"  dataset line: {el.path}:{el.line}" + (f"  {el.text}" if el.text else ""))
     if d.advice:
         lines.append(f"  advice: {d.advice}")
     lines.extend(f"  fix: {f.label} ({f.why})" for f in d.fixes)

@@ -12,7 +12,7 @@ import { trainingIcon } from './icon';
 import { JobTabs } from './jobTabs';
 import { IJobNotice, JobNotifier } from './notifier';
 import { TrainingPanel } from './panel';
-import { IJobDetail, JobType, cloneName, errorMessage, h, isActive } from './shared';
+import { IDataLineOpener, IJobDetail, JobType, cloneName, downloadSummary, errorMessage, h, isActive } from './shared';
 import { RestTransport } from './shared/restTransport';
 
 /** Command ids. */
@@ -52,6 +52,8 @@ export interface ICommandContext {
   transport: RestTransport;
   notifier: JobNotifier;
   tabs: JobTabs;
+  /** "Open at line N" for a dataset error under the create form's dataset field. */
+  dataLines?: IDataLineOpener;
 }
 
 export function addCommands(app: JupyterFrontEnd, context: ICommandContext): void {
@@ -63,6 +65,7 @@ export function addCommands(app: JupyterFrontEnd, context: ICommandContext): voi
     const name = (args.name as string | undefined) || tabs.current?.name;
     return cluster && name ? { cluster, name } : null;
   };
+  let setAside: { values: Record<string, unknown>; jobType: JobType } | undefined;
   commands.addCommand(CommandIDs.createJob, {
     label: 'Create Training Job\u2026',
     caption: 'Create a training or fine-tuning job on the selected cluster',
@@ -92,8 +95,18 @@ export function addCommands(app: JupyterFrontEnd, context: ICommandContext): voi
         args.job_type === 'train' || args.job_type === 'finetune'
           ? (args.job_type as JobType)
           : undefined;
-      const values = (args.values as Record<string, unknown> | undefined) ?? undefined;
-      const created = await showCreateJobDialog({ transport, cluster, jobType, values });
+      // A form set aside to open a dataset's bad line comes back as it was, once.
+      const values = (args.values as Record<string, unknown> | undefined) ?? setAside?.values;
+      const type = jobType ?? setAside?.jobType;
+      setAside = undefined;
+      const created = await showCreateJobDialog({
+        transport,
+        cluster,
+        jobType: type,
+        values,
+        dataLines: context.dataLines,
+        onSetAside: (v, t) => (setAside = { values: v, jobType: t })
+      });
       if (created) {
         notifier.watch(cluster, created.name, created.status);
         if (panel.cluster !== cluster) {
@@ -285,16 +298,7 @@ export function addCommands(app: JupyterFrontEnd, context: ICommandContext): voi
       const run = transport.downloadModel(cluster, model);
       const id = Notification.emit(`Pre-fetching ${model} on every node of \u201c${cluster}\u201d\u2026`, 'in-progress', { autoClose: false });
       run.then(
-        r => {
-          const where = r.nodes.map(n => `${n.hostname ?? n.node_ip}: ${n.status}`).join(', ');
-          const failed = r.error ?? r.nodes.filter(n => n.status === 'error').map(n => n.error).join('; ');
-          Notification.update({
-            id,
-            type: r.ok ? 'success' : 'warning',
-            autoClose: 10_000,
-            message: r.ok ? `${model} is in the model cache of every node (${where}).` : `${model} is not on every node: ${failed}`
-          });
-        },
+        r => Notification.update({ id, type: r.ok ? 'success' : 'warning', autoClose: 10_000, message: downloadSummary(r) }),
         err => Notification.update({ id, type: 'error', autoClose: false, message: `Could not pre-fetch ${model}: ${errorMessage(err)}` })
       );
       return run;

@@ -9,6 +9,7 @@ import { Widget } from '@lumino/widgets';
 import {
   CSS_PREFIX,
   CreateJobForm,
+  IDataLineOpener,
   IJobDetail,
   ISchemaBundle,
   ITransport,
@@ -28,6 +29,12 @@ export interface ICreateJobDialogOptions {
   values?: Record<string, unknown>;
   /** Where to attach the modal (default `document.body`). */
   host?: HTMLElement;
+  /**
+   * "Open at line N" for a dataset error under the dataset field. The modal closes to show the file; its values
+   * go to `onSetAside` first (the next Create Job starts from them).
+   */
+  dataLines?: IDataLineOpener;
+  onSetAside?: (values: Record<string, unknown>, jobType: JobType) => void;
 }
 
 export class CreateJobDialog extends Widget {
@@ -89,7 +96,8 @@ export class CreateJobDialog extends Widget {
         jobType: this._options.jobType,
         values: this._options.values,
         transport,
-        templates
+        templates,
+        dataLines: this._dataLines()
       });
       this._body.replaceChildren(this._form.node);
       this._submitButton.disabled = false;
@@ -103,6 +111,24 @@ export class CreateJobDialog extends Widget {
       );
     }
     return this._result;
+  }
+
+  /** The form's opener: set the values aside, close, then open the file (a modal would hide the editor). */
+  private _dataLines(): IDataLineOpener | undefined {
+    const opener = this._options.dataLines;
+    return opener
+      ? {
+          canOpen: path => opener.canOpen(path),
+          open: line => {
+            const form = this._form;
+            if (form) {
+              this._options.onSetAside?.(form.values(), form.jobType);
+            }
+            this.finish(null);
+            opener.open(line);
+          }
+        }
+      : undefined;
   }
 
   /** Validate and send the spec; closes on success. */

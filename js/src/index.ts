@@ -11,6 +11,7 @@ import { ICommandPalette } from '@jupyterlab/apputils';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 
 import { CommandIDs, PALETTE_COMMANDS, addCommands, confirmCancel, confirmStop, dashboardUrl, notify } from './commands';
+import { dataLineOpener } from './dataLines';
 import { JobTabs } from './jobTabs';
 import { JobNotifier } from './notifier';
 import { DEFAULT_REFRESH_INTERVAL, TrainingPanel } from './panel';
@@ -52,9 +53,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
       notify: notice => notify(app, notice),
       enabled: () => settings.notifications
     });
+    const dataLines = dataLineOpener(app, () => transport.serverRoot);
     const tabs = new JobTabs(app, {
       transport,
       confirmCancel,
+      dataLines,
       onClone: job => void commands.execute(CommandIDs.cloneJob, { cluster: job.cluster, name: job.name }),
       onPrefetch: job => void commands.execute(CommandIDs.prefetchModel, { cluster: job.cluster, model: job.base_model }),
       onRetryWith: (job, fix) =>
@@ -76,7 +79,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     panel.title.caption = 'Training';
     shell.add(panel, 'left', { rank: 200 });
 
-    addCommands(app, { panel, transport, notifier, tabs });
+    addCommands(app, { panel, transport, notifier, tabs, dataLines });
     if (restorer) {
       restorer.add(panel, panel.id);
       tabs.restore(restorer, CommandIDs.openJob);

@@ -10,7 +10,18 @@ import { Widget } from '@lumino/widgets';
 
 import { trainingIcon } from './icon';
 import { PanelActions } from './panelActions';
-import { CSS_PREFIX, CurveFollower, IFix, IJobDetail, ITransport, JobDetailView, errorMessage, h, isActive } from './shared';
+import {
+  CSS_PREFIX,
+  CurveFollower,
+  IDataLineOpener,
+  IFix,
+  IJobDetail,
+  ITransport,
+  JobDetailView,
+  errorMessage,
+  h,
+  isActive
+} from './shared';
 
 /** Characters of log a tab keeps (the log view shows the last 200,000). */
 const MAX_LOG_CHARS = 400_000;
@@ -34,6 +45,8 @@ export interface IJobTabOptions {
   onPrefetch?: (job: IJobDetail) => void;
   /** A failure's fix ("Retry with QLoRA"): the create form with the fixed spec; no fix buttons when omitted. */
   onRetryWith?: (job: IJobDetail, fix: IFix) => void;
+  /** "Open at line N" for a dataset error's line. */
+  dataLines?: IDataLineOpener;
   /** "Save as template"; hidden when omitted. */
   onSaveTemplate?: (job: IJobDetail) => void;
 }
@@ -73,6 +86,7 @@ export class JobTab extends Widget {
       onClone: options.onClone,
       onPrefetch: options.onPrefetch,
       onRetryWith: options.onRetryWith,
+      dataLines: options.dataLines,
       onExport: options.onExport,
       onSaveTemplate: options.onSaveTemplate,
       lossCurve: { height: 360 } // the main area's width: a curve one can read

@@ -10,6 +10,8 @@
  *   {action: "refresh"}               refresh jobs / detail now
  *   {action: "create", spec}          create a job from a spec
  *   {action: "plan", spec}            the pre-flight plan of a spec
+ *   {action: "download", model}       "Pre-fetch model" (answered when every node has it)
+ *   {action: "export", name, checkpoint, dtype}   "Export merged" of a LoRA checkpoint
  *
  * Every action also carries `request_id`; the kernel may answer with a custom
  * message `{reply_to: request_id, ok: bool, result?, error?: {code, message,
@@ -19,7 +21,9 @@
 import {
   ICurves,
   IClusterInfo,
+  IDownloadResult,
   IEventsPage,
+  IExportResult,
   IJobDetail,
   IJobSpec,
   IJobSummary,
@@ -51,6 +55,9 @@ const REPLY_TIMEOUT_MS = 15_000;
  * submits, which often takes longer than {@link REPLY_TIMEOUT_MS}.
  */
 const CREATE_TIMEOUT_MS = 180_000;
+
+/** Time to wait for a model download or a merged export, in ms (the kernel answers from a thread). */
+const LONG_TIMEOUT_MS = 4 * 3600_000;
 
 /** `ITransport` over an anywidget model. */
 export class ModelTransport implements ITransport {
@@ -177,6 +184,28 @@ export class ModelTransport implements ITransport {
       throw new TransportError('The kernel did not answer the pre-flight check', 0, 'timeout');
     }
     return reply as IPreflight;
+  }
+
+  async downloadModel(cluster: string, model: string, revision?: string): Promise<IDownloadResult> {
+    const reply = await this._request({ action: 'download', model, revision, cluster }, () => undefined, [], false, LONG_TIMEOUT_MS);
+    if (!reply) {
+      throw new TransportError(`The kernel did not answer the download of ${model}`, 0, 'timeout');
+    }
+    return reply as IDownloadResult;
+  }
+
+  async exportCheckpoint(cluster: string, name: string, checkpoint: string, dtype: string): Promise<IExportResult> {
+    const reply = await this._request(
+      { action: 'export', name, checkpoint, dtype, cluster },
+      () => undefined,
+      [],
+      false,
+      LONG_TIMEOUT_MS
+    );
+    if (!reply) {
+      throw new TransportError(`The kernel did not answer the export of ${checkpoint}`, 0, 'timeout');
+    }
+    return reply as IExportResult;
   }
 
   async getLogs(cluster: string, name: string): Promise<string> {

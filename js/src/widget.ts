@@ -22,6 +22,7 @@ import {
   JobTable,
   LogView,
   LossCurve,
+  downloadSummary,
   errorMessage,
   h,
   seriesOf,
@@ -49,7 +50,9 @@ class WidgetRenderer {
     this.detail = new JobDetailView({
       onBack: () => this._setView('list'),
       onCancel: job => this._cancel(job),
-      onResume: (job, checkpoint) => this._resume(job, checkpoint)
+      onResume: (job, checkpoint) => this._resume(job, checkpoint),
+      onPrefetch: job => void this._prefetch(job),
+      onExportMerged: (job, checkpoint, dtype) => this.transport.exportCheckpoint(job.cluster, job.name, checkpoint.name, dtype)
     });
     this.create = new WidgetCreatePane(this.transport, created => {
       this.detail.setJob(created);
@@ -62,7 +65,8 @@ class WidgetRenderer {
       logs: this.logs.node,
       create: this.create.node
     };
-    this._root.append(this._status, this.table.node, this.detail.node, this.curve.node, this.logs.node, this.create.node);
+    this._notice.style.display = 'none';
+    this._root.append(this._status, this._notice, this.table.node, this.detail.node, this.curve.node, this.logs.node, this.create.node);
     el.appendChild(this._root);
     this._listeners = [
       ['change:jobs', () => this._onJobs()],
@@ -176,6 +180,27 @@ class WidgetRenderer {
     }
   }
 
+  /** "Pre-fetch model": the kernel downloads it on every node; the notice line says how far it got. */
+  private async _prefetch(job: IJobDetail): Promise<void> {
+    const model = job.base_model;
+    if (!model) {
+      return;
+    }
+    this._setNotice(`Pre-fetching ${model} on every node of \u201c${job.cluster}\u201d\u2026`);
+    try {
+      const result = await this.transport.downloadModel(job.cluster, model);
+      this._setNotice(downloadSummary(result));
+    } catch (err) {
+      this._setNotice(null);
+      this._showError(`Could not pre-fetch ${model}: ${errorMessage(err)}`);
+    }
+  }
+
+  private _setNotice(text: string | null): void {
+    this._notice.textContent = text ?? '';
+    this._notice.style.display = text ? '' : 'none';
+  }
+
   private _onJobs(): void {
     this.table.setJobs(this.transport.jobs());
   }
@@ -208,6 +233,7 @@ class WidgetRenderer {
   private _localError: string | null = null;
   private readonly _root = h('div', { class: `${CSS_PREFIX}-widget` });
   private readonly _status = h('div', { class: `${CSS_PREFIX}-errorBar`, role: 'alert' });
+  private readonly _notice = h('div', { class: `${CSS_PREFIX}-notice`, role: 'status' });
   private readonly _panes: Record<WidgetView, HTMLElement>;
   private readonly _listeners: [string, () => void][];
   private readonly _timer: ReturnType<typeof setInterval>;

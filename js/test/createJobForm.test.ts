@@ -26,7 +26,7 @@ function transport(createJob: ITransport['createJob'], planJob?: ITransport['pla
 describe('CreateJobForm pre-flight', () => {
   it('shows the plan from the cluster and puts its problems under their fields', async () => {
     const planJob = vi.fn(async () => makePreflight({
-      errors: [{ field: 'dataset_path', message: 'dataset path /d.jsonl does not exist' }],
+      errors: [{ field: 'dataset_path', message: 'dataset path /d.jsonl does not exist', path: null, line: null, text: null }],
       dataset: { format: 'instruction', examples: 158, validation_examples: 0, files: ['/d.jsonl'] },
       token_lengths: { mean: 40, p95: 60, max: 90, truncated: 0 },
       plan: makePlan({ memory_estimate_gb: { full: 1, lora: 0.5 }, reasons: { method: 'lora: set in training_config.json' } }),

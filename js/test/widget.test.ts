@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 
 import widget, { IAnyModel, ModelTransport } from '../src/widget';
-import { SCHEMA_BUNDLE, makeDetail, makeJob } from './fixtures';
+import { SCHEMA_BUNDLE, makeCheckpoint, makeDetail, makeJob } from './fixtures';
 
 /** A minimal stand-in for the anywidget model. */
 class FakeModel implements IAnyModel {
@@ -110,6 +110,39 @@ describe('anywidget entry', () => {
     await new Promise(r => setTimeout(r, 0));
     expect(el.querySelector('.jp-CleverThis-badge-cancelled')).not.toBeNull();
     expect(cancel.textContent).toBe('Cancel');
+  });
+
+  it('Pre-fetch model and Export merged run in the kernel: the actions, the notice, the answers', async () => {
+    const model = new FakeModel({
+      view: 'detail',
+      detail: makeDetail({ status: 'succeeded', checkpoints: [makeCheckpoint('epoch-1', '/d/epoch-1', { adapter_path: '/d/epoch-1/adapter_model' })] })
+    });
+    const { el } = render(model);
+    const prefetch = el.querySelector('.jp-CleverThis-JobDetail-prefetch') as HTMLButtonElement;
+    expect(prefetch.style.display).toBe(''); // a Hub id (sshleifer/tiny-gpt2)
+    prefetch.click();
+    const request = model.sent[model.sent.length - 1];
+    expect(request).toMatchObject({ action: 'download', model: 'sshleifer/tiny-gpt2', cluster: 'local' });
+    const notice = el.querySelector('.jp-CleverThis-notice') as HTMLElement;
+    expect(notice.textContent).toContain('Pre-fetching sshleifer/tiny-gpt2 on every node');
+    model.emit('msg:custom', {
+      reply_to: request.request_id,
+      ok: true,
+      result: { model: 'sshleifer/tiny-gpt2', ok: true, nodes: [{ node_ip: '10.0.0.1', hostname: 'a', status: 'downloaded' }] }
+    });
+    await vi.waitFor(() => expect(notice.textContent).toBe('sshleifer/tiny-gpt2 is in the model cache of every node (a: downloaded).'));
+
+    (el.querySelector('.jp-CleverThis-JobDetail-exportMerged-button') as HTMLButtonElement).click();
+    const exp = model.sent[model.sent.length - 1];
+    expect(exp).toMatchObject({ action: 'export', name: 'tiny-ft', checkpoint: 'epoch-1', dtype: 'bf16' });
+    model.emit('msg:custom', {
+      reply_to: exp.request_id,
+      ok: false,
+      error: { status: 403, code: 'forbidden', message: "only the job's owner may export", details: {} }
+    });
+    const status = el.querySelector('.jp-CleverThis-JobDetail-exportMerged-status') as HTMLElement;
+    await vi.waitFor(() => expect(status.dataset.state).toBe('error'));
+    expect(status.textContent).toContain("only the job's owner may export");
   });
 
   it('draws the curve traitlet (the server\'s downsampled series) on the curve view', async () => {

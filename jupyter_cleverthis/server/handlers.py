@@ -30,6 +30,7 @@ import asyncio
 import functools
 import json
 import logging
+import os
 import re
 import threading
 from collections.abc import Awaitable, Callable
@@ -194,7 +195,8 @@ class ClustersHandler(BaseHandler):
                 rows.append(ClusterInfo.model_validate({
                     **cfg.public(), "status": status,
                     "resources": cluster_resources(cfg) if status == "running" else None}))
-            return ClusterList(clusters=rows, user=self.owner())
+            root = getattr(self.contents_manager, "root_dir", None)
+            return ClusterList(clusters=rows, user=self.owner(), server_root=os.path.abspath(root) if root else None)
 
         self.reply_model(await self.run(collect))
 

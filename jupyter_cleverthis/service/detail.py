@@ -29,6 +29,7 @@ from .fixes import fixes_for
 from .models import (
     Checkpoint,
     CurveDiagnosis,
+    DataLine,
     JobDetail,
     JobSummary,
     Metrics,
@@ -185,6 +186,8 @@ def _apply_event(detail: JobDetail, ev: dict[str, Any]) -> None:
         _apply_utilisation(detail, ev)
     elif t == "error" and detail.error is None:
         detail.error, detail.error_kind = ev.get("message"), ev.get("kind")
+        if ev.get("path") and ev.get("line"):
+            detail.error_line = DataLine(path=ev["path"], line=ev["line"], text=ev.get("text"))
         detail.traceback = ev.get("traceback")
 
 

@@ -16,6 +16,9 @@ class FieldError(BaseModel):
 
     field: str
     message: str
+    path: str | None = None  # a dataset error on one line of a file: that file, the line (1-based) and its text
+    line: int | None = None
+    text: str | None = None
 
 
 class DatasetFacts(BaseModel):

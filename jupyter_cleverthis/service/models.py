@@ -104,6 +104,7 @@ class ClusterList(BaseModel):
 
     clusters: list[ClusterInfo]
     user: str | None = None
+    server_root: str | None = None  # the folder the Jupyter server shows (its files open in the lab's editor)
 
 
 class Template(BaseModel):
@@ -284,6 +285,14 @@ class CurveDiagnosis(Record):
     points: int
 
 
+class DataLine(BaseModel):
+    """The line of a dataset file a dataset error is about (1-based), with its text as read (cut to 200 chars)."""
+
+    path: str
+    line: int
+    text: str | None = None
+
+
 class JobDetail(JobSummary):
     spec: SubmittedSpec | None = None
     phase: str | None = None
@@ -292,6 +301,7 @@ class JobDetail(JobSummary):
     metrics: Metrics | None = None
     error: str | None = None
     error_kind: str | None = None
+    error_line: DataLine | None = None
     advice: str | None = None
     # what would fix the failure, as spec changes ("Retry with QLoRA"; service/fixes.py)
     fixes: list[Fix] = []

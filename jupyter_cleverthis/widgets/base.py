@@ -10,19 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
 import anywidget
 import traitlets as t
 
-from ..errors import CleverThisError
+from ..errors import BadRequest, CleverThisError
 from ..job import Job, default_service
 from ..service.jobs import JobService
-from ..service.models import Preflight
+from ..service.models import DownloadResult, Preflight
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
+# Actions that may take minutes (a model download on every node, a merged export): answered from a thread, so
+# the kernel keeps running cells and answering the other actions meanwhile.
+LONG_ACTIONS = ("download", "export")
 
 
 def _esm() -> Any:
@@ -126,6 +130,12 @@ class JobsWidget(anywidget.AnyWidget):
 
     # -- front-end actions --------------------------------------------------------------------------------------
     def _on_action(self, _widget: Any, content: dict[str, Any], _buffers: Any) -> None:
+        if content.get("action") in LONG_ACTIONS:
+            threading.Thread(target=self._answer, args=(content,), name="cleverthis-widget-action", daemon=True).start()
+        else:
+            self._answer(content)
+
+    def _answer(self, content: dict[str, Any]) -> None:
         action, rid = content.get("action"), content.get("request_id")
         try:
             result = self.handle(action, content)
@@ -179,6 +189,16 @@ class JobsWidget(anywidget.AnyWidget):
         if action == "plan":
             spec = self.service.validate(dict(content.get("spec") or {}, cluster=self.cluster))
             return Preflight.model_validate(self.service.preflight(spec)).model_dump(mode="json")  # as REST answers
+        if action == "download":  # "Pre-fetch model": the model into every node's cache
+            model = content.get("model")
+            if not isinstance(model, str) or not model.strip():
+                raise BadRequest("model must be a Hugging Face model id (org/name)", details={"field": "model"})
+            res = self.service.download(self.cluster, model.strip(), revision=content.get("revision") or None)
+            return DownloadResult.model_validate(res).model_dump(mode="json")  # as REST answers
+        if action == "export" and name:  # "Export merged" of one checkpoint
+            res = self.service.export(self.cluster, name, str(content.get("checkpoint") or ""),
+                                      str(content.get("dtype") or "bf16"))
+            return res.model_dump(mode="json")
         raise CleverThisError(f"unknown action '{action}'")
 
     created: Job | None = None

@@ -84,8 +84,9 @@ def main() -> int:
     except Exception as e:  # the job's last word: classified, then the traceback for the log
         cause = _root_cause(e)
         kind, _ = classify_exception(cause)
+        where = cause.location() if isinstance(cause, DatasetError) else {}
         events.emit("error", kind=kind, error_type=type(cause).__name__, message=str(cause),
-                    traceback=traceback.format_exc()[-8000:])
+                    traceback=traceback.format_exc()[-8000:], **where)
         traceback.print_exc()
         return 1
     events.emit("phase", phase="succeeded")

@@ -116,21 +116,26 @@ def read_jsonl(path: str) -> tuple[str, list[dict[str, Any]]]:
     with _open_binary(path) as fh:
         for lineno, raw in enumerate(fh, start=1):
             where = f"{path} line {lineno}"
+            text = None
             try:
-                text = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
-            except UnicodeDecodeError as e:
-                raise DatasetError(f"{where}: not UTF-8 text ({e.reason})") from e
-            if not text.strip():
-                continue
-            try:
-                rec = json.loads(text)
-            except ValueError as e:
-                raise DatasetError(f"{where}: broken JSON ({e})") from e
-            f = detect_record_format(rec, where)
-            if fmt is None:
-                fmt = f
-            elif f != fmt:
-                raise DatasetError(f"{where}: mixes formats ({f} after {fmt} on earlier lines)")
+                try:
+                    text = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+                except UnicodeDecodeError as e:
+                    raise DatasetError(f"{where}: not UTF-8 text ({e.reason})") from e
+                if not text.strip():
+                    continue
+                try:
+                    rec = json.loads(text)
+                except ValueError as e:
+                    raise DatasetError(f"{where}: broken JSON ({e})") from e
+                f = detect_record_format(rec, where)
+                if fmt is None:
+                    fmt = f
+                elif f != fmt:
+                    raise DatasetError(f"{where}: mixes formats ({f} after {fmt} on earlier lines)")
+            except DatasetError as e:
+                e.locate(path, lineno, text if text is not None else raw.decode("utf-8", "replace"))
+                raise
             records.append(rec)
     if fmt is None:
         raise DatasetError(f"{path}: empty file (no JSON lines)")

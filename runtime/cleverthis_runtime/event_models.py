@@ -105,6 +105,9 @@ class ErrorEvent(Event):
     traceback: str | None = None
     rank: int | None = None
     fatal: bool | None = None
+    path: str | None = None  # a dataset error on one line of a file: that file, line (1-based) and its text
+    line: int | None = None
+    text: str | None = None
 
 
 class WorkerErrorEvent(Event):
@@ -309,11 +312,21 @@ class DownloadEvent(Event):
     error: str | None = None
 
 
+class FieldProblem(BaseModel):
+    """One pre-flight error: the spec field, the message and, for a dataset's bad line, its path, line and text."""
+
+    field: str
+    message: str
+    path: str | None = None
+    line: int | None = None
+    text: str | None = None
+
+
 class PreflightEvent(Event):
     """The answer of a pre-flight helper job: errors by field, warnings, and the facts it measured."""
 
     type: Literal["preflight"]
-    errors: list[dict[str, str]] = Field(default_factory=list)
+    errors: list[FieldProblem] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
 
 

@@ -23,8 +23,8 @@ from .spec import JobSpec, TrainingConfig, error_list, merge_training_config, pa
 def preflight(spec: JobSpec, *, quick: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"errors": [], "warnings": []}
 
-    def err(field: str, message: str) -> None:
-        out["errors"].append({"field": field, "message": message})
+    def err(field: str, message: str, where: dict[str, Any] | None = None) -> None:
+        out["errors"].append({"field": field, "message": message, **(where or {})})
 
     tc: TrainingConfig | None = None
     ds = None
@@ -50,7 +50,7 @@ def preflight(spec: JobSpec, *, quick: bool = False) -> dict[str, Any]:
             out["dataset"] = {"format": ds.format, "examples": len(ds.records),
                               "validation_examples": len(ds.validation), "files": ds.files}
         except DatasetError as e:
-            err("dataset_path", str(e))
+            err("dataset_path", str(e), e.location())  # a bad line: its path, number and text too
     if tc is not None:
         out["training_config"] = tc.model_dump(mode="json")
         if ds is not None and not ds.validation and tc.validation_split == 0:

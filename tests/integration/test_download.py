@@ -5,6 +5,7 @@ tests/integration/test_faults.py's disk-full job trains from a cached Hub id.)""
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 
@@ -37,6 +38,19 @@ def test_download_fans_out_per_node_cache_hit_and_offline_error(ray_cluster, tin
     nodes = res["nodes"]
     assert len(nodes) >= 1 and all(n["status"] == "cached" and n["path"] == str(snap) for n in nodes)
     assert len({n["node_id"] for n in nodes}) == len(nodes) and nodes[0]["bytes"] > 0
+
+    # The notebook widgets' "Pre-fetch model": the same download, answered from a thread (the kernel stays free).
+    from jupyter_cleverthis.widgets import JobList
+
+    w = JobList(service=svc)
+    replies: list[dict] = []
+    w.send = replies.append
+    w._on_action(w, {"action": "download", "model": repo, "request_id": "p1"}, None)
+    deadline = time.time() + 300
+    while not replies and time.time() < deadline:
+        time.sleep(0.2)
+    assert replies and replies[0]["reply_to"] == "p1" and replies[0]["ok"], replies
+    assert [(n["status"], n["path"]) for n in replies[0]["result"]["nodes"]] == [("cached", str(snap))] * len(nodes)
 
     missing = f"cleverthis-test/missing-{uuid.uuid4().hex[:8]}"
     rc = main(["download", missing])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import time
@@ -183,6 +184,18 @@ def test_missing_dataset_fails_naming_the_path(ray_cluster, tiny_model, tmp_path
     assert final.error_kind == "dataset" and "check the path" in (final.advice or "")
     summary = [j for j in svc.list("local") if j.name == job_name][0]
     assert summary.status == JobStatus.FAILED
+    # A dataset that breaks on one line: the job's error names that line, as data too (the front-ends offer it).
+    data = tmp_path / "broken"
+    data.mkdir()
+    lines = [json.dumps({"instruction": f"q{i}", "output": f"a{i}"}) for i in range(4)]
+    (data / "train.jsonl").write_text("\n".join(lines[:2] + ['{"instruction": "q", "output": 3}'] + lines[2:]) + "\n")
+    second = f"{job_name}-line"
+    svc.create(JobSpec(name=second, base_model=tiny_model, dataset_path=str(data), epochs=1, workers=1), check=False)
+    broken = svc.wait("local", second, poll=0.5, timeout=300)
+    assert broken.status == JobStatus.FAILED and broken.error_kind == "dataset"
+    assert broken.error_line is not None and broken.error_line.model_dump() == {
+        "path": str(data / "train.jsonl"), "line": 3, "text": '{"instruction": "q", "output": 3}'}
+    assert f"dataset line: {data / 'train.jsonl'}:3" in detail_text(broken)
 
 
 def test_duplicate_name_and_stopped_cluster_are_clear(ray_cluster, tiny_model, tmp_path, job_name):

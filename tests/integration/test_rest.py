@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from pathlib import Path
 
 import pytest
 from tornado.httpclient import HTTPClientError
@@ -187,7 +188,14 @@ async def test_plan_and_feasibility(jp_fetch, ray_cluster, tiny_model, dataset, 
     broken.write_text(broken.read_text() + "{oops\n")
     with pytest.raises(HTTPClientError) as e:
         await jp_fetch(*api, "jobs", method="POST", body=json.dumps(spec), request_timeout=180)
-    assert e.value.code == 422 and "line 159: broken JSON" in json.loads(e.value.response.body)["message"]
+    body = json.loads(e.value.response.body)
+    assert e.value.code == 422 and "line 159: broken JSON" in body["message"]
+    # the line as data, for the form's "Open at line 159"
+    assert {k: body["details"]["errors"][0][k] for k in ("field", "path", "line", "text")} == {
+        "field": "dataset_path", "path": str(broken), "line": 159, "text": "{oops"}
+    # ... and where this server's files are (the lab opens the file there when it lies inside)
+    clusters = await _json(await jp_fetch("cleverthis", "api", "clusters"))
+    assert clusters["server_root"] and Path(clusters["server_root"]).is_absolute()
 
 
 async def test_dashboard_proxy_reaches_configured_clusters_only(jp_fetch, ray_cluster):

@@ -77,7 +77,7 @@ def plot_points(plot: Locator) -> int:
 
 def set_theme(page: Page, theme: str) -> None:
     run_command(page, "apputils:change-theme", {"theme": theme})
-    page.wait_for_function("t => document.body.dataset.jpThemeName === t", arg=theme, timeout=30_000)
+    page.wait_for_function("t => document.body.dataset.jpThemeName === t", arg=theme, timeout=60_000)
 
 
 def wait_kernel_idle(page: Page, timeout_s: float = 120) -> None:

@@ -48,7 +48,7 @@ def job_row(panel: Locator, name: str) -> Locator:
     return panel.locator(f'.jp-CleverThis-JobTable-row[data-name="{name}"]')
 
 
-def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_errors, tiny_model, dataset) -> None:
+def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_errors, tiny_model, dataset, lab) -> None:
     panel = open_training_panel(page)
     expect(panel.locator(".jp-CleverThis-clusterStatus")).to_have_attribute("data-status", "running")
     expect(panel.locator(".jp-CleverThis-clusterSelect option:checked")).to_have_text("local (running)")
@@ -131,6 +131,24 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
         str(missing), timeout=PREFLIGHT_MS)
     expect(dialog).to_be_visible()
     shots("create-dialog-server-error")
+    # A dataset broken on one line, in a folder this server shows: the error offers that line in the editor.
+    broken = lab.root_dir / unique("broken-data")
+    broken.mkdir()
+    rows = (dataset / "train.jsonl").read_text().splitlines()
+    (broken / "train.jsonl").write_text("\n".join(rows[:2] + ['{"instruction": "q", "output": 3}'] + rows[2:]) + "\n")
+    fill_fields(dialog, {"dataset_path": broken})
+    dialog.locator(".jp-Dialog-footer").get_by_role("button", name="Create").click()
+    data_error = field(dialog, "dataset_path").locator(".jp-CleverThis-fieldError")
+    expect(data_error).to_contain_text("line 3: instruction format needs a string 'output'", timeout=PREFLIGHT_MS)
+    expect(data_error.locator(".jp-CleverThis-dataLine-text")).to_have_text('{"instruction": "q", "output": 3}')
+    shots("create-dialog-data-line")
+    data_error.get_by_role("button", name="Open at line 3").click()
+    editor = page.locator("#jp-main-dock-panel .jp-FileEditor").filter(has=page.locator(".cm-editor"))
+    expect(editor).to_be_visible()
+    expect(editor.locator(".cm-activeLine")).to_have_text('{"instruction": "q", "output": 3}')  # the cursor's line
+    shots("data-line-in-editor")
+    page.keyboard.press("Escape")  # (the editor took the focus: back to the dialog, still open)
+    expect(dialog).to_be_visible()
     # The pre-flight plan previews the first examples as the model sees them, the trained tokens highlighted.
     fill_fields(dialog, {"dataset_path": dataset})
     dialog.get_by_role("button", name="Pre-flight plan").click()
@@ -174,9 +192,14 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
     assert len(logs.inner_text().splitlines()) > 5
     plot = detail.locator(".jp-CleverThis-LossCurve-plot")
     expect(plot.locator(".scatterlayer .trace path.js-line")).to_have_count(1)
-    last_step = int(detail.locator('.jp-CleverThis-JobDetail-progress tr[data-key="Step"] td').inner_text())
+    step_cell = detail.locator('.jp-CleverThis-JobDetail-progress tr[data-key="Step"] td')
+    # The curve and the progress table are fetched apart: wait until both show the job's last step.
+    page.wait_for_function(
+        "([el, cell]) => el.data && el.data[0].x.length > 0"
+        " && el.data[0].x.length === Number(cell.textContent.replace(/,/g, ''))",
+        arg=[plot.element_handle(), step_cell.element_handle()], timeout=60_000)
+    last_step = int(step_cell.inner_text().replace(",", ""))
     assert last_step >= 10
-    page.wait_for_function("([el, n]) => el.data && el.data[0].x.length === n", arg=[plot.element_handle(), last_step])
     steps = plot_points(plot)  # one point per step the job reported
     # Drawn, not just passed to plotly (plotly drops nearly collinear vertices, so not one per point).
     assert plot.locator(".scatterlayer .trace path.js-line").get_attribute("d").count("L") >= steps // 2
@@ -234,7 +257,7 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
             const r = await fetch(s.baseUrl + 'lab/api/workspaces/default', {credentials: 'same-origin'});
             const text = await r.text();
             return names.every(n => text.includes('cleverthis-job:local/' + n));
-        }""", arg=[short, long], timeout=30_000)
+        }""", arg=[short, long], timeout=60_000)
     page.reload()
     page.wait_for_function("() => window.jupyterapp !== undefined", timeout=90_000)
     page.evaluate("() => window.jupyterapp.started.then(() => window.jupyterapp.restored).then(() => true)")
@@ -256,7 +279,7 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
         page.wait_for_function(
             "([el, before]) => { const t = el.querySelector('.xtick text');"
             " return t && getComputedStyle(t).fill !== before; }",
-            arg=[plot.element_handle(), light_font],
+            arg=[plot.element_handle(), light_font], timeout=60_000,
         )
         bg = panel.evaluate("el => getComputedStyle(el).backgroundColor")
         assert _luminance(bg) < 0.3, f"panel background {bg} is not dark"

@@ -46,6 +46,24 @@ def test_defects_name_file_and_line(tmp_path, lines, needle):
     with pytest.raises(DatasetError) as e:
         load_dataset(str(f))
     assert needle in str(e.value) and str(f) in str(e.value)
+    # where, as data (the error event and the pre-flight carry it; the front-ends open the file there)
+    line = int(needle.split(":")[0].split()[1]) if needle.startswith("line") else None
+    if line is None:
+        assert e.value.location() == {}
+    else:
+        assert e.value.location() == {"path": str(f), "line": line, "text": lines[line - 1]}
+
+
+def test_a_bad_lines_location_survives_pickling_and_is_cut(tmp_path):
+    """A worker's DatasetError reaches the driver pickled (through Ray): the location goes with it."""
+    import pickle
+
+    f = write(tmp_path / "d.jsonl", ['{"instruction": "a", "output": "b"}'] * 2 + ["{" + "x" * 500])
+    with pytest.raises(DatasetError) as e:
+        load_dataset(str(f))
+    back = pickle.loads(pickle.dumps(e.value))
+    assert str(back) == str(e.value) and back.line == 3 and back.path == str(f)
+    assert back.text == ("{" + "x" * 500)[: DatasetError.TEXT_CHARS]
 
 
 def test_missing_path_is_named(tmp_path):

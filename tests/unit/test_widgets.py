@@ -57,6 +57,14 @@ class FakeService:
 
         return curves(self.events(cluster, name), max_points=max_points, after_step=after_step)
 
+    def export(self, cluster, name, checkpoint, dtype="bf16", user=None):
+        from jupyter_cleverthis.errors import Forbidden
+
+        raise Forbidden(f"only the owner of job '{name}' may export its checkpoints")
+
+    def download(self, cluster, model, revision=None):
+        return {"model": model, "revision": revision, "ok": True, "nodes": [{"node_ip": "10.0.0.1", "status": "cached"}]}
+
     def cancel(self, cluster, name):
         self.cancelled.append(name)
         self.jobs[name] = self.jobs[name].model_copy(update={"status": JobStatus.CANCELLED})
@@ -107,6 +115,23 @@ def test_job_detail_and_cancel(svc):
     assert svc.cancelled == ["a"] and replies[0]["ok"] and replies[0]["reply_to"] == "r2"
     w._on_action(w, {"action": "select", "name": "nope", "request_id": "r3"}, None)
     assert replies[1]["ok"] is False and replies[1]["error"]["code"] == "job_not_found"
+
+
+def test_prefetch_and_export_are_answered_from_a_thread_with_words(svc):
+    """"Pre-fetch model" and "Export merged" can take minutes: the kernel answers them from a thread."""
+    w = JobDetail(Job("a", service=svc), service=svc)
+    replies: list[dict] = []
+    w.send = replies.append
+    w._on_action(w, {"action": "download", "model": "org/m", "request_id": "d1"}, None)
+    w._on_action(w, {"action": "download", "model": " ", "request_id": "d2"}, None)
+    w._on_action(w, {"action": "export", "name": "a", "checkpoint": "epoch-1", "request_id": "e1"}, None)
+    deadline = time.time() + 10
+    while len(replies) < 3 and time.time() < deadline:
+        time.sleep(0.01)
+    by_id = {r["reply_to"]: r for r in replies}
+    assert by_id["d1"]["ok"] and by_id["d1"]["result"]["nodes"][0]["status"] == "cached"
+    assert by_id["d2"]["ok"] is False and by_id["d2"]["error"]["details"] == {"field": "model"}
+    assert by_id["e1"]["ok"] is False and "only the owner of job 'a'" in by_id["e1"]["error"]["message"]
 
 
 def test_log_stream_is_bounded_and_incremental(svc):

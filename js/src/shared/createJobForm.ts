@@ -8,6 +8,7 @@
  */
 import { CSS_PREFIX, h } from './format';
 import {
+  IDataLineOpener,
   IFieldError,
   IJobDetail,
   IJobSpec,
@@ -17,6 +18,7 @@ import {
   ITemplate,
   JobType
 } from './model';
+import { dataLine } from './jobDetailSections';
 import { describeFields } from './schemaFields';
 import { SchemaForm } from './schemaForm';
 import { renderPlan } from './preflightView';
@@ -46,6 +48,8 @@ export interface ICreateJobFormOptions {
   transport?: ITransport;
   /** Saved specs offered as "Start from" (a choice fills the form; the job's name stays the user's). */
   templates?: readonly ITemplate[];
+  /** "Open at line N" under a field whose error is about one line of a dataset file. */
+  dataLines?: IDataLineOpener;
 }
 
 /** Result of {@link CreateJobForm.readSpec}. */
@@ -59,6 +63,7 @@ const FORM_CLASS = `${CSS_PREFIX}-CreateJobForm`;
 export class CreateJobForm {
   constructor(options: ICreateJobFormOptions) {
     this._cluster = options.cluster;
+    this._dataLines = options.dataLines;
     this.form = new SchemaForm(options.schema.job_spec, {
       exclude: RESERVED_FIELDS,
       values: options.values
@@ -223,6 +228,12 @@ export class CreateJobForm {
   }
 
   /** Validate and build the spec; shows errors under their fields. */
+  /** The current values, unchecked (the fields and what training_config sets): to fill a form again later. */
+  values(): Record<string, unknown> {
+    const tc = this.config.read();
+    return { ...this.form.getValue().value, ...(tc.value ? { training_config: tc.value } : {}) };
+  }
+
   readSpec(): ISpecResult {
     const { value, errors } = this.form.getValue();
     // The form's values, checked against the schema here and validated by the server (422 per field).
@@ -244,6 +255,12 @@ export class CreateJobForm {
     this.config.setErrors(config);
     if (config.length) {
       this._advanced.open = true;
+    }
+    for (const e of errors) {
+      const row = e.path && e.line ? this.form.node.querySelector(`[data-field="${e.field}"]`) : null;
+      row?.querySelector(`:scope > .${CSS_PREFIX}-fieldError`)?.append(
+        dataLine({ path: e.path!, line: e.line!, text: e.text ?? null }, this._dataLines)
+      );
     }
     const first = this.node.querySelector(`.${CSS_PREFIX}-fieldError`);
     (first as HTMLElement | null)?.scrollIntoView?.({ block: 'nearest' });
@@ -315,6 +332,7 @@ export class CreateJobForm {
   private readonly _templates: readonly ITemplate[];
   private _jobType: JobType = 'train';
   private _cluster: string;
+  private readonly _dataLines?: IDataLineOpener;
   private readonly _tabs: HTMLDivElement;
   private readonly _clusterLabel: HTMLDivElement;
   private readonly _advanced: HTMLDetailsElement;

@@ -1,7 +1,7 @@
 /**
  * Formatting helpers and tiny DOM helpers shared by all views.
  */
-import { IJobSummary, isActive } from './model';
+import { IDownloadResult, IJobSummary, isActive } from './model';
 
 /** CSS class prefix of every element this package creates. */
 export const CSS_PREFIX = 'jp-CleverThis';
@@ -154,4 +154,11 @@ export function cloneName(name: string, taken: readonly string[]): string {
       return candidate;
     }
   }
+}
+
+/** A pre-fetch's answer in words: where the model now is, or what failed (the lab notification, the widget). */
+export function downloadSummary(r: IDownloadResult): string {
+  const where = r.nodes.map(n => `${n.hostname ?? n.node_ip}: ${n.status}`).join(', ');
+  const failed = r.error ?? r.nodes.filter(n => n.status === 'error').map(n => n.error).join('; ');
+  return r.ok ? `${r.model} is in the model cache of every node (${where}).` : `${r.model} is not on every node: ${failed}`;
 }

@@ -28,7 +28,7 @@ import { ExportMerged, ExportMergedFn } from './exportMerged';
 import { ICurveSeries } from './curveFollower';
 import { LogView } from './logView';
 import { ILossCurveOptions, LossCurve } from './lossCurve';
-import { ICheckpoint, IFix, IJobDetail, IJobEvent, isActive, isHubId } from './model';
+import { ICheckpoint, IDataLineOpener, IFix, IJobDetail, IJobEvent, isActive, isHubId } from './model';
 
 /** Options of {@link JobDetailView}. */
 export interface IJobDetailViewOptions {
@@ -45,6 +45,8 @@ export interface IJobDetailViewOptions {
   onPrefetch?: (job: IJobDetail) => void;
   /** Shows the failure's fixes ("Retry with QLoRA") as buttons: the create form prefilled with the change. */
   onRetryWith?: (job: IJobDetail, fix: IFix) => void;
+  /** Offers "Open at line N" for a dataset error's line, where this server can show the file. */
+  dataLines?: IDataLineOpener;
   /** Shows "Export merged" on LoRA checkpoints, running the export on the cluster. */
   onExportMerged?: ExportMergedFn;
   /** Shows "Open in TensorBoard" (for a job whose TensorBoard folder this server can show) calling this. */
@@ -107,14 +109,10 @@ export class JobDetailView {
     this._advice = h('div', { class: `${VIEW_CLASS}-advice` });
     this._fixes = h('div', { class: `${VIEW_CLASS}-fixes` });
     this._onRetryWith = options.onRetryWith;
+    this._dataLines = options.dataLines;
     this._curve = h('div', { class: `${VIEW_CLASS}-curveHint`, role: 'note' });
     this._tracebackText = h('pre', { class: `${VIEW_CLASS}-tracebackText` });
-    this._traceback = h(
-      'details',
-      { class: `${VIEW_CLASS}-traceback` },
-      h('summary', null, 'Traceback'),
-      this._tracebackText
-    );
+    this._traceback = h('details', { class: `${VIEW_CLASS}-traceback` }, h('summary', null, 'Traceback'), this._tracebackText);
     this._summary = kvTable('summary');
     this._progress = kvTable('progress');
     this._checkpoints = h('div', { class: `${VIEW_CLASS}-checkpoints` });
@@ -296,7 +294,7 @@ export class JobDetailView {
     this._error.textContent = job.error ?? '';
     this._error.style.display = job.error ? '' : 'none';
     renderQueued(this._queued, job.status === 'queued' ? job.queued_reason : null);
-    renderFixes(this._fixes, job, this._onRetryWith);
+    renderFixes(this._fixes, job, this._onRetryWith, this._dataLines);
     this._advice.textContent = job.advice ? `${job.error_kind ? `[${job.error_kind}] ` : ''}${job.advice}` : '';
     this._advice.style.display = job.advice ? '' : 'none';
     this._tracebackText.textContent = job.traceback ?? '';
@@ -362,6 +360,7 @@ export class JobDetailView {
   private readonly _template: HTMLButtonElement;
   private readonly _queued: HTMLDivElement;
   private readonly _fixes: HTMLDivElement;
+  private readonly _dataLines?: IDataLineOpener;
   private readonly _onRetryWith?: (job: IJobDetail, fix: IFix) => void;
   private readonly _advice: HTMLDivElement;
   private readonly _curve: HTMLDivElement;

@@ -13,7 +13,18 @@ import {
   jobTypeLabel
 } from './format';
 import { ExportMerged } from './exportMerged';
-import { ICheckpoint, IFix, IJobDetail, IPlan, IQueuedReason, IServing, ITracking, isActive } from './model';
+import {
+  ICheckpoint,
+  IDataLine,
+  IDataLineOpener,
+  IFix,
+  IJobDetail,
+  IPlan,
+  IQueuedReason,
+  IServing,
+  ITracking,
+  isActive
+} from './model';
 
 /** The class of the detail view's root; its parts' classes start with it. */
 export const VIEW_CLASS = `${CSS_PREFIX}-JobDetail`;
@@ -52,10 +63,17 @@ export function renderDiagnosis(el: HTMLElement, job: IJobDetail): void {
 }
 
 /** A failed job's fixes from the service, as "Retry with ..." buttons (hidden without fixes or a handler). */
-export function renderFixes(el: HTMLElement, job: IJobDetail, onRetry?: (job: IJobDetail, fix: IFix) => void): void {
+export function renderFixes(
+  el: HTMLElement,
+  job: IJobDetail,
+  onRetry?: (job: IJobDetail, fix: IFix) => void,
+  opener?: IDataLineOpener
+): void {
   const fixes = job.status === 'failed' && onRetry ? (job.fixes ?? []) : [];
-  el.style.display = fixes.length ? '' : 'none';
+  const line = job.error_line;
+  el.style.display = fixes.length || line ? '' : 'none';
   el.replaceChildren(
+    ...(line ? [dataLine(line, opener)] : []),
     ...fixes.map(fix => {
       const b = h(
         'button',
@@ -66,6 +84,29 @@ export function renderFixes(el: HTMLElement, job: IJobDetail, onRetry?: (job: IJ
       return b;
     })
   );
+}
+
+/**
+ * The dataset line an error is about: `path:line`, the line as read and, where this server can show the file,
+ * "Open at line N" (JupyterLab's editor). The create form shows it under the dataset field too.
+ */
+export function dataLine(line: IDataLine, opener?: IDataLineOpener): HTMLDivElement {
+  const el = h(
+    'div',
+    { class: `${CSS_PREFIX}-dataLine` },
+    h('code', { class: `${CSS_PREFIX}-dataLine-where` }, `${line.path}:${line.line}`),
+    ...(line.text ? [h('code', { class: `${CSS_PREFIX}-dataLine-text` }, line.text)] : [])
+  );
+  if (opener?.canOpen(line.path)) {
+    const open = h(
+      'button',
+      { type: 'button', class: `${CSS_PREFIX}-button ${CSS_PREFIX}-dataLine-open`, title: `Open ${line.path} in the editor` },
+      `Open at line ${line.line}`
+    );
+    open.addEventListener('click', () => opener.open(line));
+    el.append(open);
+  }
+  return el;
 }
 
 /** The "Back" link to the job list. */

@@ -143,8 +143,20 @@ export type IPreflight = Api.Preflight;
 /** One run of an example in the pre-flight preview (`PreviewRun`). */
 export type IPreviewRun = Api.PreviewRun;
 
-/** One field error of a 422 `invalid_spec` answer or of the pre-flight (`FieldError`). */
-export type IFieldError = Api.FieldError;
+/**
+ * One field error of a 422 `invalid_spec` answer or of the pre-flight (`FieldError`); the form's own checks give
+ * only the field and the message, a dataset error on one line also the line (`path`, `line`, `text`).
+ */
+export type IFieldError = Pick<Api.FieldError, 'field' | 'message'> & Partial<Omit<Api.FieldError, 'field' | 'message'>>;
+
+/** The line of a dataset file a dataset error is about (`DataLine`). */
+export type IDataLine = Api.DataLine;
+
+/** Opens a dataset file at a line (JupyterLab's editor); `canOpen` says whether this server can show the path. */
+export interface IDataLineOpener {
+  canOpen(path: string): boolean;
+  open(line: IDataLine): void;
+}
 
 /**
  * `GET /clusters/{cluster}/jobs/{name}/events?since=N` (`EventsPage`): the
@@ -220,6 +232,7 @@ export function summaryAsDetail(job: IJobSummary): IJobDetail {
     metrics: null,
     error: null,
     error_kind: null,
+    error_line: null,
     advice: null,
     fixes: [],
     traceback: null,

@@ -59,9 +59,15 @@ export class RestTransport implements ITransport {
     return this._user;
   }
 
+  /** The absolute folder the Jupyter server shows (from the last cluster list); null until then. */
+  get serverRoot(): string | null {
+    return this._serverRoot;
+  }
+
   async listClusters(): Promise<IClusterInfo[]> {
     const body = await this._request<IClusterList>('GET', ['clusters']);
     this._user = body.user ?? null;
+    this._serverRoot = body.server_root ?? null;
     return body.clusters ?? [];
   }
 
@@ -196,6 +202,7 @@ export class RestTransport implements ITransport {
   }
 
   private _user: string | null = null;
+  private _serverRoot: string | null = null;
 
   private async _request<T>(
     method: string,

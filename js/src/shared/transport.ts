@@ -108,14 +108,18 @@ export class TransportError extends Error {
     }
     return errors
       .filter(
-        (e): e is { field?: unknown; loc?: unknown; message?: unknown; msg?: unknown } =>
+        (e): e is { field?: unknown; loc?: unknown; message?: unknown; msg?: unknown; path?: unknown; line?: unknown; text?: unknown } =>
           typeof e === 'object' && e !== null
       )
       .map(e => ({
         field: String(
           e.field ?? (Array.isArray(e.loc) ? e.loc.filter(p => p !== 'body').join('.') : '')
         ),
-        message: String(e.message ?? e.msg ?? 'invalid value')
+        message: String(e.message ?? e.msg ?? 'invalid value'),
+        // a dataset error on one line of a file: where (the form offers to open it there)
+        ...(typeof e.path === 'string' && typeof e.line === 'number'
+          ? { path: e.path, line: e.line, text: typeof e.text === 'string' ? e.text : null }
+          : {})
       }));
   }
 

@@ -114,6 +114,7 @@ export interface NodeUse {
 export interface ClusterList {
   clusters: ClusterInfo[];
   user: string | null;
+  server_root: string | null;
 }
 /**
  * `POST /clusters/{cluster}/up|down`: the cluster's public config (never its token) and status.
@@ -187,6 +188,17 @@ export interface Metrics {
   learning_rate: number | null;
   tokens_per_s: number | null;
   eta_s: number | null;
+}
+/**
+ * The line of a dataset file a dataset error is about (1-based), with its text as read (cut to 200 chars).
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "DataLine".
+ */
+export interface DataLine {
+  path: string;
+  line: number;
+  text: string | null;
 }
 /**
  * This interface was referenced by `CleverThisApi`'s JSON-Schema
@@ -279,6 +291,9 @@ export interface ExportResult {
 export interface FieldError {
   field: string;
   message: string;
+  path: string | null;
+  line: number | null;
+  text: string | null;
 }
 /**
  * A change to a failed job's spec that its error's advice names ("Retry with QLoRA"): `patch` holds the
@@ -527,6 +542,7 @@ export interface JobDetail {
   metrics: Metrics | null;
   error: string | null;
   error_kind: string | null;
+  error_line: DataLine | null;
   advice: string | null;
   fixes: Fix[];
   traceback: string | null;

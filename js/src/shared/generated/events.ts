@@ -118,6 +118,9 @@ export interface ErrorEvent {
   traceback?: string | null;
   rank?: number | null;
   fatal?: boolean | null;
+  path?: string | null;
+  line?: number | null;
+  text?: string | null;
   [k: string]: unknown;
 }
 /**
@@ -403,11 +406,19 @@ export interface PreflightEvent {
   seq?: number;
   t?: number | null;
   type: 'preflight';
-  errors?: {
-    [k: string]: string;
-  }[];
+  errors?: FieldProblem[];
   warnings?: string[];
   [k: string]: unknown;
+}
+/**
+ * One pre-flight error: the spec field, the message and, for a dataset's bad line, its path, line and text.
+ */
+export interface FieldProblem {
+  field: string;
+  message: string;
+  path?: string | null;
+  line?: number | null;
+  text?: string | null;
 }
 /**
  * The answer of an export helper job (export.py): the standalone fp16/bf16 folder written, or the error.
