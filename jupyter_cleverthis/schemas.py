@@ -26,6 +26,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, models_json
 from .service.models import (
     ClusterList,
     ClusterState,
+    Comparison,
     Curves,
     DownloadResult,
     EventsPage,
@@ -58,6 +59,7 @@ API_MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (EventsPage, "serialization"),
     (LogsPage, "serialization"),
     (Curves, "serialization"),
+    (Comparison, "serialization"),
     (TensorBoardLink, "serialization"),
     (SpecExport, "serialization"),
     (TemplateList, "serialization"),

@@ -1,9 +1,10 @@
 """Thin REST handlers over the job service. Errors are mapped once, here, to {code, message, details}.
 
-Routes (all under <base_url>cleverthis/api, all authenticated; see docs/rest-api.md):
+Routes (all under <base_url>cleverthis/api, all authenticated; see docs/openapi.yaml):
   GET  /schema                                   JSON Schemas of the job spec and training config
   GET  /clusters                                 clusters with status and resources
   GET  /clusters/{cluster}/nodes                 alive nodes: free and total resources, what each job holds
+  GET  /clusters/{cluster}/compare?jobs=a,b      where the jobs' specs differ, key by key
   POST /clusters/{cluster}/download              {model, revision}: pre-fetch a Hub model on every node
   GET  /templates                                saved specs;  PUT|DELETE /templates/{name}: save / remove one
   POST /clusters/{cluster}/up | /down            start / stop the managed local cluster
@@ -48,6 +49,7 @@ from ..service.models import (
     ClusterInfo,
     ClusterList,
     ClusterState,
+    Comparison,
     Curves,
     DownloadResult,
     EventsPage,
@@ -245,6 +247,17 @@ class NodesHandler(BaseHandler):
         self.reply_model(NodeList.model_validate({"nodes": await self.run(self.service.nodes, cluster)}))
 
 
+class CompareHandler(BaseHandler):
+    @api
+    async def get(self, cluster: str) -> None:
+        names = [n.strip() for n in self.get_query_argument("jobs", "").split(",") if n.strip()]
+        if not 2 <= len(set(names)) <= 10:
+            raise BadRequest("jobs must name 2 to 10 different jobs, separated by commas", details={"field": "jobs"})
+        names = list(dict.fromkeys(names))
+        diff = await self.run(self.service.compare, cluster, names)
+        self.reply_model(Comparison.model_validate({"jobs": names, "diff": diff}))
+
+
 class JobsHandler(BaseHandler):
     @api
     async def get(self, cluster: str) -> None:
@@ -372,6 +385,7 @@ def routes() -> list[tuple[str, type[Any]]]:
         (rf"{base}/clusters/({NAME})/(up|down)", ClusterActionHandler),
         (rf"{base}/clusters/({NAME})/plan", PlanHandler),
         (rf"{base}/clusters/({NAME})/nodes", NodesHandler),
+        (rf"{base}/clusters/({NAME})/compare", CompareHandler),
         (rf"{base}/clusters/({NAME})/download", DownloadHandler),
         (rf"{base}/clusters/({NAME})/jobs", JobsHandler),
         (job, JobHandler),

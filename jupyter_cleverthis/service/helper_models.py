@@ -1,6 +1,7 @@
-"""The answers of the helper jobs as the service serves them: the pre-flight (`POST /clusters/{cluster}/plan`,
-cleverthis_runtime.preflight), the pre-fetch (`POST .../download`) and Export merged (`POST .../export`);
-re-exported by models.py with the other REST bodies."""
+"""The REST bodies that are not a job's projection: the answers of the helper jobs (the pre-flight,
+`POST /clusters/{cluster}/plan`, cleverthis_runtime.preflight; the pre-fetch, `POST .../download`; Export merged,
+`POST .../export`), templates, a spec's export, a comparison of jobs and the TensorBoard link; re-exported by
+models.py with the other REST bodies."""
 
 from __future__ import annotations
 
@@ -91,3 +92,48 @@ class ExportResult(BaseModel):
     path: str
     dtype: str
     size_bytes: int | None = None
+
+
+class Template(BaseModel):
+    """A saved spec (`$CLEVERTHIS_HOME/templates/<name>.yaml`): every field but the job's name."""
+
+    name: str
+    spec: dict[str, Any]
+
+
+class TemplateList(BaseModel):
+    """`GET /templates`, by name."""
+
+    templates: list[Template]
+
+
+class SpecExport(BaseModel):
+    """`GET .../jobs/{name}/spec`: the spec a job was submitted with, as a dict and as YAML that `%%train` and
+    `cleverthis-train create --config` accept."""
+
+    spec: dict[str, Any]
+    yaml: str
+
+
+class TensorBoardLink(BaseModel):
+    """`GET .../jobs/{name}/tensorboard`: where the TensorBoard of the job's records is (the server's proxy, same
+    origin), the folder it shows and the job's run in it."""
+
+    url: str
+    log_dir: str
+    run: str
+
+
+class SpecDifference(BaseModel):
+    """One key whose value differs between the compared jobs' specs (`training_config.<key>` for its keys)."""
+
+    key: str
+    values: dict[str, Any]
+
+
+class Comparison(BaseModel):
+    """`GET /clusters/{cluster}/compare?jobs=a,b`: where the jobs' specs differ, key by key (their curves come from
+    each job's `GET .../metrics`)."""
+
+    jobs: list[str]
+    diff: list[SpecDifference]

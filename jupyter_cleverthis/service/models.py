@@ -107,27 +107,6 @@ class ClusterList(BaseModel):
     server_root: str | None = None  # the folder the Jupyter server shows (its files open in the lab's editor)
 
 
-class Template(BaseModel):
-    """A saved spec (`$CLEVERTHIS_HOME/templates/<name>.yaml`): every field but the job's name."""
-
-    name: str
-    spec: dict[str, Any]
-
-
-class TemplateList(BaseModel):
-    """`GET /templates`, by name."""
-
-    templates: list[Template]
-
-
-class SpecExport(BaseModel):
-    """`GET .../jobs/{name}/spec`: the spec a job was submitted with, as a dict and as YAML that `%%train` and
-    `cleverthis-train create --config` accept."""
-
-    spec: dict[str, Any]
-    yaml: str
-
-
 class Checkpoint(BaseModel):
     """A checkpoint the job wrote, with its numbers; `marks`: which of the folder's links point at it (`best`:
     the lowest validation loss, `epoch-final`: the job's last, `latest`: the newest written); `snippet`: Python that
@@ -377,23 +356,21 @@ class Curves(BaseModel):
     latest: Metrics | None = None
 
 
-class TensorBoardLink(BaseModel):
-    """`GET .../jobs/{name}/tensorboard`: where the TensorBoard of the job's records is (the server's proxy, same
-    origin), the folder it shows and the job's run in it."""
-
-    url: str
-    log_dir: str
-    run: str
-
-
-# The helper jobs' answers (pre-flight, pre-fetch, export) live in helper_models.py; served from here as well.
+# The REST bodies that are not a job's projection (the helper jobs' answers, templates, a spec's export, a
+# comparison, the TensorBoard link) live in helper_models.py; served from here as well.
 from .helper_models import (  # noqa: E402, F401
     ChatTemplateChoice,
+    Comparison,
     DatasetFacts,
     DownloadResult,
     ExportResult,
     FieldError,
     Preflight,
     PreviewRun,
+    SpecDifference,
+    SpecExport,
     TargetModulesChoice,
+    TensorBoardLink,
+    Template,
+    TemplateList,
 )

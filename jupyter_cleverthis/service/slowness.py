@@ -7,6 +7,10 @@ The thresholds (README, Troubleshooting), over the last WINDOW `step` events:
   checkpoint or a validation falls between two steps too, and the median is not moved by one);
 - GPU utilisation: the workers' latest `gpu_util_percent` average under GPU_UTIL (only where GPUs report it);
 - one worker: the job runs a single worker (no data parallelism);
+- tokens/s far below the plan's: the median tokens/s under FAR_BELOW of the `expected_tokens_per_s` the torch
+  runtime's `strategy` event states (each worker at 40 % of the matrix-multiply rate it measured at start, over
+  the model's FLOPs per token), for steps of at least MIN_STEP_FLOPS per worker (a toy model's steps are all
+  overhead: nothing to compare);
 - stuck initializing: the job has been initializing (downloading or loading the model, loading data) for over
   STUCK_AFTER_S (10 minutes, or 1 minute per GB of a model being downloaded when that is longer).
 """
@@ -24,6 +28,8 @@ MIN_STEPS = 5
 DATA_SHARE = 0.3
 GPU_UTIL = 80.0
 STUCK_AFTER_S = 600.0
+FAR_BELOW = 0.25
+MIN_STEP_FLOPS = 1e9
 
 
 def _fmt_s(s: float) -> str:
@@ -43,6 +49,9 @@ def throughput_hints(d: JobDetail, evs: list[dict[str, Any]]) -> list[Hint]:
                 f"Data loading takes {100 * data / (data + compute):.0f}% of each step ({data:.2f} s of "
                 f"{data + compute:.2f} s): the dataset may be on slow storage (NFS with high latency). Copy it to "
                 "local disk on the nodes, or pre-tokenize it (a saved Arrow dataset).")))
+    slow = _below_plan(d, evs, recent)
+    if slow is not None:
+        out.append(slow)
     gpus = [u.gpu_util_percent for u in d.utilisation if u.gpu_util_percent is not None]
     if gpus and sum(gpus) / len(gpus) < GPU_UTIL:
         out.append(Hint(kind="gpu_utilisation", message=(
@@ -53,6 +62,23 @@ def throughput_hints(d: JobDetail, evs: list[dict[str, Any]]) -> list[Hint]:
             "One worker: the job does not use data parallelism. Where the cluster has more CPUs or GPUs, set "
             "workers to spread the batches over them.")))
     return out
+
+
+def _below_plan(d: JobDetail, evs: list[dict[str, Any]], recent: list[dict[str, Any]]) -> Hint | None:
+    plan = next((e for e in reversed(evs) if e["type"] == "strategy" and e.get("expected_tokens_per_s")), None)
+    tps = [float(e["tokens_per_s"]) for e in recent if e.get("tokens_per_s")]
+    if plan is None or len(tps) < MIN_STEPS:
+        return None
+    got, want = statistics.median(tps), float(plan["expected_tokens_per_s"])
+    step_s = statistics.median(float(e["data_s"]) + float(e["compute_s"]) for e in recent)
+    per_step = got * step_s / max(d.workers or 1, 1) * float(plan["flops_per_token"])
+    if per_step < MIN_STEP_FLOPS or got >= FAR_BELOW * want:
+        return None
+    return Hint(kind="below_plan", message=(
+        f"Training runs at {got:,.0f} tokens/s, under a quarter of the {want:,.0f} tokens/s the plan expects "
+        f"from these workers ({float(plan['device_flops']) / 1e9:,.0f} GFLOP/s each, measured at start). "
+        "Common causes: a batch too small to keep the devices busy (increase batch_size), padding (set packing "
+        "in training_config), data loading (see above), or another process sharing the nodes."))
 
 
 def stuck_hint(d: JobDetail, evs: list[dict[str, Any]], now: float | None = None) -> Hint | None:

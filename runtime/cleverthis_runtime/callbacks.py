@@ -17,7 +17,7 @@ from transformers import TrainerCallback
 
 from . import checkpoints, compat, events, methods, strategies
 from .control import PeerCheckpointError, WorkerControl
-from .monitoring import RayMetrics, StepTiming, Utilisation
+from .monitoring import RayMetrics, StepTiming, Utilisation, expected_speed
 
 # Tests only: slow each step down (numerics unchanged) so that a cancel or a kill lands mid-epoch.
 STEP_DELAY_S = float(os.environ.get("CLEVERTHIS_TEST_STEP_DELAY_S") or 0)
@@ -136,7 +136,8 @@ class EventsAndCheckpoints(TrainerCallback):
         self.last_epoch = self.epoch_offset + int(float(state.epoch or 0) + 1e-6)
         if self.rank == 0:
             self.control.set_phase("training")
-            self.emit("strategy", **strategies.describe(self.trainer))
+            self.emit("strategy", **strategies.describe(self.trainer),
+                      **expected_speed(kw.get("model"), args, self.world, self.torch))
             self.emit("tracking", **tracking_locations(args.report_to))
         self.emit("phase", phase="running", total_steps=self.step_offset + state.max_steps,
                   epochs=self.epoch_offset + args.num_train_epochs, start_epoch=self.last_epoch,

@@ -213,6 +213,10 @@ class StrategyEvent(Event):
     fsdp2_sharded: bool | None = None
     deepspeed: bool | None = None
     zero_stage: int | None = None
+    # the speed the plan expects (monitoring.expected_speed): measured matmul FLOP/s per worker, model FLOPs/token
+    device_flops: float | None = None
+    flops_per_token: float | None = None
+    expected_tokens_per_s: float | None = None
 
 
 class TrackingEvent(Event):

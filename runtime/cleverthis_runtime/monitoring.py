@@ -126,6 +126,49 @@ class Utilisation:
         return self.nvml.nvmlDeviceGetHandleByIndex(dev)
 
 
+# What a training step reaches of the device's own matrix-multiply rate when it is well fed (a fair MFU against
+# the measured rate, not the datasheet's): the plan's expected tokens/s, which the service's hint compares with.
+EXPECTED_SHARE = 0.4
+
+
+def _matmul_flops(torch: Any, device: Any) -> float:
+    """FLOP/s of one square matrix multiply on `device`, in the dtype training uses there (bf16 or fp16 on a
+    GPU, fp32 on CPU), with the threads training has; about 0.2 s."""
+    gpu = getattr(device, "type", "cpu") == "cuda"
+    n = 4096 if gpu else 1024
+    dtype = (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16) if gpu else torch.float32
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    sync = torch.cuda.synchronize if gpu else (lambda: None)
+    a @ b
+    sync()
+    reps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < 0.2:
+        a @ b
+        reps += 1
+    sync()
+    return 2.0 * n**3 * reps / (time.perf_counter() - t0)
+
+
+def expected_speed(model: Any, args: Any, world: int, torch: Any) -> dict[str, float]:
+    """The tokens/s the plan expects: each worker at EXPECTED_SHARE of its measured matmul rate, over the
+    model's FLOPs per token: 2N forward, 2N backward through the activations, 2 per trainable weight for its
+    gradients, and 2N more when gradient checkpointing recomputes the forward (N: the weights, a 4-bit weight
+    counted once however it is packed)."""
+    if model is None:
+        return {}
+    total = trainable = 0
+    for p in model.parameters():
+        n = getattr(p, "ds_numel", None) or p.numel()  # (ZeRO-3 keeps a shard: ds_numel is the whole)
+        n *= 2 if type(p).__name__ == "Params4bit" else 1  # two 4-bit weights per stored byte
+        total += n
+        trainable += n if p.requires_grad else 0
+    per_token = 4.0 * total + 2.0 * trainable + (2.0 * total if getattr(args, "gradient_checkpointing", False) else 0)
+    flops = _matmul_flops(torch, next(model.parameters()).device)
+    return {"device_flops": round(flops), "flops_per_token": per_token,
+            "expected_tokens_per_s": round(world * EXPECTED_SHARE * flops / per_token, 1)}
+
+
 class StepTiming:
     """Where a step's time goes: `data_s`, from one step's end to the next one's begin (the Trainer fetches the
     batch there, and also logs, evaluates and saves: the service reads the median over many steps, which the

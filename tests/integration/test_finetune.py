@@ -93,6 +93,14 @@ def test_lora_finetune_two_epochs(ray_cluster, tiny_model, dataset, job_name, cl
     from jupyter_cleverthis.service.slowness import throughput_hints
 
     assert throughput_hints(final, timed) == []  # 2 workers, no GPUs, compute-bound: nothing to say
+    # the speed the plan expects, measured on the worker: LoRA's FLOPs per token over the tiny Llama's weights
+    from transformers import AutoModelForCausalLM
+
+    weights = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(tiny_model).parameters())
+    speed = [e for e in svc.events("local", job_name) if e["type"] == "strategy"][-1]
+    assert 4 * weights < speed["flops_per_token"] < 6 * weights, (speed, weights)  # frozen base: under full 6N
+    assert speed["device_flops"] > 1e8
+    assert speed["expected_tokens_per_s"] == round(2 * 0.4 * speed["device_flops"] / speed["flops_per_token"], 1)
     assert [u.rank for u in final.utilisation] == [0, 1]
     for u in final.utilisation:
         assert u.seq == max(e["seq"] for e in util if e["rank"] == u.rank)

@@ -143,12 +143,17 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
     expect(data_error.locator(".jp-CleverThis-dataLine-text")).to_have_text('{"instruction": "q", "output": 3}')
     shots("create-dialog-data-line")
     data_error.get_by_role("button", name="Open at line 3").click()
-    editor = page.locator("#jp-main-dock-panel .jp-FileEditor").filter(has=page.locator(".cm-editor"))
-    expect(editor).to_be_visible()
-    expect(editor.locator(".cm-activeLine")).to_have_text('{"instruction": "q", "output": 3}')  # the cursor's line
+    expect(dialog).to_be_hidden()  # the modal steps aside for the editor
+    expect(page.locator("#jp-main-dock-panel .jp-FileEditor .cm-editor")).to_be_visible()
+    cursor_line = """() => { const w = window.jupyterapp.shell.currentWidget;
+        const e = w && w.content && w.content.editor;
+        return e ? e.getLine(e.getCursorPosition().line) : null; }"""
+    page.wait_for_function(f"() => ({cursor_line})() !== null", timeout=30_000)
+    assert page.evaluate(cursor_line) == '{"instruction": "q", "output": 3}'  # the cursor is on the bad line
     shots("data-line-in-editor")
-    page.keyboard.press("Escape")  # (the editor took the focus: back to the dialog, still open)
-    expect(dialog).to_be_visible()
+    dialog = open_create_dialog(page, panel)  # the form comes back as it was set aside
+    expect(field(dialog, "dataset_path").locator("input")).to_have_value(str(broken))
+    expect(field(dialog, "base_model").locator("input")).to_have_value(tiny_model)
     # The pre-flight plan previews the first examples as the model sees them, the trained tokens highlighted.
     fill_fields(dialog, {"dataset_path": dataset})
     dialog.get_by_role("button", name="Pre-flight plan").click()

@@ -52,3 +52,41 @@ def test_initializing_too_long_says_what_it_is_doing():
     loading = stuck_hint(detail(status="initializing", phase="loading_model"), start, now=1000 + 700)
     assert "loading org/big (very large models take 10 minutes or more)" in loading.message
     assert stuck_hint(detail(status="running", phase="running"), start, now=1000 + 900) is None
+
+
+def test_tokens_per_s_far_below_the_plan_is_named_with_both_figures():
+    # 2 workers measured at 50 GFLOP/s each, a 100M-weight model (LoRA: ~4e8 FLOPs per token): 100 tokens/s
+    plan = [{"type": "strategy", "device_flops": 50e9, "flops_per_token": 4e8, "expected_tokens_per_s": 100.0}]
+
+    def run(tps: float, step_s: float = 1.0) -> list[dict]:
+        return plan + [dict(e, tokens_per_s=tps) for e in steps(0.0, step_s)]
+
+    slow = hints(detail(), run(20.0))  # 20 tokens/s: a fifth of the plan's
+    assert [h.kind for h in slow] == ["below_plan"]
+    assert slow[0].message.startswith("Training runs at 20 tokens/s, under a quarter of the 100 tokens/s the plan "
+                                      "expects from these workers (50 GFLOP/s each, measured at start).")
+    assert "increase batch_size" in slow[0].message and "packing" in slow[0].message
+    assert hints(detail(), run(30.0)) == []  # 30 %: not far below
+    # a toy model's step (10 tokens per worker x 4e7 FLOPs = 0.4 GFLOP): all overhead, nothing to compare
+    toy = [dict(plan[0], flops_per_token=4e7, expected_tokens_per_s=1000.0)]
+    assert hints(detail(), toy + [dict(e, tokens_per_s=20.0) for e in steps(0.0, 1.0)]) == []
+    assert hints(detail(), steps(0.0, 1.0)) == []  # no plan (the TensorFlow runtime states none): no claim
+
+
+def test_the_runtime_measures_the_speed_it_expects():
+    """monitoring.expected_speed on a real (tiny) model: FLOPs per token from its weights, and the matmul rate of
+    this machine; LoRA's frozen weights get no gradient FLOPs, gradient checkpointing adds a forward."""
+    import types
+
+    import torch
+    from cleverthis_runtime.monitoring import EXPECTED_SHARE, expected_speed
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64))
+    n = sum(p.numel() for p in model.parameters())
+    full = expected_speed(model, types.SimpleNamespace(gradient_checkpointing=False), 2, torch)
+    assert full["flops_per_token"] == 6 * n and full["device_flops"] > 1e8
+    assert full["expected_tokens_per_s"] == round(2 * EXPECTED_SHARE * full["device_flops"] / (6 * n), 1)
+    model[0].requires_grad_(False)
+    frozen = expected_speed(model, types.SimpleNamespace(gradient_checkpointing=True), 1, torch)
+    assert frozen["flops_per_token"] == 4 * n + 2 * model[1].weight.numel() + 2 * model[1].bias.numel() + 2 * n
+    assert expected_speed(None, None, 1, torch) == {}

@@ -129,6 +129,29 @@ export interface ClusterState {
   status: 'running' | 'starting' | 'stopped' | 'unreachable';
 }
 /**
+ * `GET /clusters/{cluster}/compare?jobs=a,b`: where the jobs' specs differ, key by key (their curves come from
+ * each job's `GET .../metrics`).
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "Comparison".
+ */
+export interface Comparison {
+  jobs: string[];
+  diff: SpecDifference[];
+}
+/**
+ * One key whose value differs between the compared jobs' specs (`training_config.<key>` for its keys).
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "SpecDifference".
+ */
+export interface SpecDifference {
+  key: string;
+  values: {
+    [k: string]: unknown;
+  };
+}
+/**
  * The page's loss-curve interpretation of the job's step losses so far (service/diagnosis.py).
  *
  * This interface was referenced by `CleverThisApi`'s JSON-Schema

@@ -262,6 +262,9 @@ export interface StrategyEvent {
   fsdp2_sharded?: boolean | null;
   deepspeed?: boolean | null;
   zero_stage?: number | null;
+  device_flops?: number | null;
+  flops_per_token?: number | null;
+  expected_tokens_per_s?: number | null;
   [k: string]: unknown;
 }
 /**
