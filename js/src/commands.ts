@@ -3,10 +3,11 @@
  * `args.cluster`/`args.name`, else on the current job tab.
  */
 import { JupyterFrontEnd } from '@jupyterlab/application';
-import { Clipboard, Dialog, InputDialog, Notification, showDialog, showErrorMessage } from '@jupyterlab/apputils';
+import { Clipboard, Dialog, InputDialog, MainAreaWidget, Notification, showDialog, showErrorMessage } from '@jupyterlab/apputils';
 import { URLExt } from '@jupyterlab/coreutils';
 import { Widget } from '@lumino/widgets';
 
+import { CompareTab } from './compareTab';
 import { showCreateJobDialog } from './dialog';
 import { trainingIcon } from './icon';
 import { JobTabs } from './jobTabs';
@@ -29,6 +30,7 @@ export namespace CommandIDs {
   export const startCluster = 'cleverthis:start-cluster';
   export const stopCluster = 'cleverthis:stop-cluster';
   export const prefetchModel = 'cleverthis:prefetch-model';
+  export const compareJobs = 'cleverthis:compare-jobs';
 }
 
 /** The commands the palette lists. */
@@ -117,6 +119,26 @@ export function addCommands(app: JupyterFrontEnd, context: ICommandContext): voi
         tabs.open(cluster, created.name);
       }
       return created;
+    }
+  });
+
+  commands.addCommand(CommandIDs.compareJobs, {
+    label: 'Compare Training Jobs',
+    caption: "Overlay the jobs' loss curves and show where their settings differ (args: cluster, names)",
+    execute: async args => {
+      const cluster = (args.cluster as string | undefined) || panel.cluster;
+      const names = (args.names as string[] | undefined) ?? panel.table.marked;
+      if (!cluster || names.length < 2) {
+        return null;
+      }
+      const widget = new MainAreaWidget({ content: new CompareTab(transport, cluster, names) });
+      widget.id = `${widget.content.id}-tab`;
+      widget.title.label = widget.content.title.label;
+      widget.title.icon = trainingIcon;
+      app.shell.add(widget, 'main', { mode: 'tab-after' });
+      app.shell.activateById(widget.id);
+      await widget.content.load();
+      return widget;
     }
   });
 

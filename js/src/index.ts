@@ -71,6 +71,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       onCreateJob: () => void commands.execute(CommandIDs.createJob),
       onOpenDashboard: cluster => void commands.execute(CommandIDs.openDashboard, { cluster }),
       onOpenJob: (cluster, name) => void commands.execute(CommandIDs.openJob, { cluster, name }),
+      onCompareJobs: (cluster, names) => void commands.execute(CommandIDs.compareJobs, { cluster, names }),
       confirmStop,
       dashboardUrl: cluster => dashboardUrl(serverSettings.baseUrl, cluster),
       // The server's word for who asks: under token-only authentication Jupyter's own identity is a random id.

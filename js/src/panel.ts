@@ -30,6 +30,8 @@ export interface ITrainingPanelOptions {
   onOpenDashboard?: (cluster: string) => void;
   /** Opens a job (a row's click): in JupyterLab, a main-area tab. */
   onOpenJob?: (cluster: string, name: string) => void;
+  /** Compares the jobs marked in the table (Ctrl/Cmd+click): in JupyterLab, a main-area tab. */
+  onCompareJobs?: (cluster: string, names: string[]) => void;
   /** The signed-in user's name (the owner of the jobs they create); hides the "Mine" filter when omitted. */
   currentUser?: () => string | undefined;
   /** The URL of a cluster's dashboard through the server's proxy (the header's link once it runs). */
@@ -70,11 +72,16 @@ export class TrainingPanel extends Widget {
       showMine: !!options.currentUser,
       onClusterAction: this.transport.clusterAction ? action => void this.clusterAction(action) : undefined,
       dashboardUrl: options.dashboardUrl,
-      listNodes: this.transport.listNodes ? cluster => this.transport.listNodes!(cluster) : undefined
+      listNodes: this.transport.listNodes ? cluster => this.transport.listNodes!(cluster) : undefined,
+      onCompare: options.onCompareJobs ? () => this._cluster && options.onCompareJobs!(this._cluster, this.table.marked) : undefined,
+      onClearMarks: () => this.table.clearMarks()
     });
     this._confirmStop = options.confirmStop;
 
-    this.table = new JobTable({ onSelect: job => this.showJob(job.name) });
+    this.table = new JobTable({
+      onSelect: job => this.showJob(job.name),
+      onMarked: options.onCompareJobs ? names => this._header.setMarked(names.length) : undefined
+    });
     this._notRunning = h('div', { class: `${CSS_PREFIX}-clusterEmpty`, role: 'status' });
     this._notRunning.style.display = 'none';
     this._body = h('div', { class: `${CSS_PREFIX}-body` }, this._notRunning, this.table.node);
@@ -121,6 +128,7 @@ export class TrainingPanel extends Widget {
     this._header.clusterSelect.value = name ?? '';
     this._updateClusterInfo();
     this.table.setJobs([]);
+    this.table.clearMarks(); // marks name jobs of the cluster they were made on
     void this.refresh();
     this._clusterChanged.emit(name);
   }

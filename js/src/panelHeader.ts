@@ -31,6 +31,9 @@ export interface IPanelHeaderOptions {
   dashboardUrl?: (cluster: string) => string;
   /** The nodes of a running cluster (the "Nodes" section); no section when omitted. */
   listNodes?: (cluster: string) => Promise<INodeResources[]>;
+  /** "Compare" for the jobs marked in the table (Ctrl/Cmd+click), and "Clear"; no bar when omitted. */
+  onCompare?: () => void;
+  onClearMarks?: () => void;
 }
 
 /** What the Start / Stop button does. */
@@ -72,6 +75,7 @@ export class PanelHeader {
     this._nodes = options.listNodes ? new NodesView({ load: options.listNodes }) : null;
     this._error = h('div', { class: `${CSS_PREFIX}-errorBar`, role: 'alert' });
     this._error.style.display = 'none';
+    this._marks = Private.marksBar(options.onCompare, options.onClearMarks);
 
     this.statusFilter = h(
       'select',
@@ -124,6 +128,7 @@ export class PanelHeader {
         refreshButton,
         this._dashboardButton
       ),
+      this._marks,
       this._error
     );
   }
@@ -136,6 +141,14 @@ export class PanelHeader {
   readonly statusFilter: HTMLSelectElement;
   /** The "Mine" checkbox. */
   readonly mine: HTMLInputElement;
+
+  /** Show how many jobs are marked: with one, how to mark another; with two or more, "Compare". */
+  setMarked(count: number): void {
+    this._marks.style.display = count ? '' : 'none';
+    this._marks.querySelector(`.${CSS_PREFIX}-marks-text`)!.textContent =
+      count === 1 ? '1 job marked: Ctrl+click another to compare' : `${count} jobs marked`;
+    (this._marks.querySelector(`.${CSS_PREFIX}-compare`) as HTMLButtonElement).disabled = count < 2;
+  }
 
   /** List the clusters in the selector ("No clusters" when there are none). */
   setClusters(clusters: readonly IClusterInfo[]): void {
@@ -206,11 +219,27 @@ export class PanelHeader {
   private readonly _dashboardUrl?: (cluster: string) => string;
   private readonly _resources: HTMLDivElement;
   private readonly _error: HTMLDivElement;
+  private readonly _marks: HTMLDivElement;
   private readonly _nodes: NodesView | null;
   private readonly _dashboardButton: HTMLButtonElement;
 }
 
 namespace Private {
+  /** "N jobs marked [Compare] [Clear]", hidden while none is marked (and always without `onCompare`). */
+  export function marksBar(onCompare?: () => void, onClear?: () => void): HTMLDivElement {
+    const compare = h(
+      'button',
+      { type: 'button', class: `${CSS_PREFIX}-button jp-mod-accept ${CSS_PREFIX}-compare`, title: 'Overlay the marked jobs\u2019 curves and show where their settings differ' },
+      'Compare'
+    );
+    compare.addEventListener('click', () => onCompare?.());
+    const clear = h('button', { type: 'button', class: `${CSS_PREFIX}-button ${CSS_PREFIX}-clearMarks`, title: 'Unmark every job' }, 'Clear');
+    clear.addEventListener('click', () => onClear?.());
+    const bar = h('div', { class: `${CSS_PREFIX}-marks`, role: 'status' }, h('span', { class: `${CSS_PREFIX}-marks-text` }), compare, clear);
+    bar.style.display = 'none';
+    return bar;
+  }
+
   export function compact(n: number): string {
     if (!Number.isFinite(n)) {
       return '?';

@@ -121,8 +121,7 @@ class BaseHandler(APIHandler):
         return body
 
     def int_arg(self, name: str, default: int) -> int:
-        raw = self.get_query_argument(name, None)
-        if raw is None or raw == "":
+        if (raw := self.get_query_argument(name, None)) in (None, ""):
             return default
         try:
             value = int(raw)
@@ -197,8 +196,8 @@ class ClustersHandler(BaseHandler):
                 rows.append(ClusterInfo.model_validate({
                     **cfg.public(), "status": status,
                     "resources": cluster_resources(cfg) if status == "running" else None}))
-            root = getattr(self.contents_manager, "root_dir", None)
-            return ClusterList(clusters=rows, user=self.owner(), server_root=os.path.abspath(root) if root else None)
+            root = getattr(self.contents_manager, "root_dir", None)  # (None for a contents manager of no folder)
+            return ClusterList(clusters=rows, user=self.owner(), server_root=root and os.path.abspath(root))
 
         self.reply_model(await self.run(collect))
 
@@ -250,12 +249,10 @@ class NodesHandler(BaseHandler):
 class CompareHandler(BaseHandler):
     @api
     async def get(self, cluster: str) -> None:
-        names = [n.strip() for n in self.get_query_argument("jobs", "").split(",") if n.strip()]
-        if not 2 <= len(set(names)) <= 10:
+        names = list(dict.fromkeys(n.strip() for n in self.get_query_argument("jobs", "").split(",") if n.strip()))
+        if not 2 <= len(names) <= 10:
             raise BadRequest("jobs must name 2 to 10 different jobs, separated by commas", details={"field": "jobs"})
-        names = list(dict.fromkeys(names))
-        diff = await self.run(self.service.compare, cluster, names)
-        self.reply_model(Comparison.model_validate({"jobs": names, "diff": diff}))
+        self.reply_model(Comparison(jobs=names, diff=await self.run(self.service.compare, cluster, names)))
 
 
 class JobsHandler(BaseHandler):

@@ -370,7 +370,7 @@ from .helper_models import (  # noqa: E402, F401
     SpecDifference,
     SpecExport,
     TargetModulesChoice,
-    TensorBoardLink,
     Template,
     TemplateList,
+    TensorBoardLink,
 )

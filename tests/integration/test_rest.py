@@ -127,6 +127,19 @@ async def test_job_routes_on_a_running_job(jp_fetch, jp_ws_fetch, jp_serverapp, 
     assert resp.code == 201 and resumed["name"] == f"{job_name}-resume-1"
     assert resumed["base_model"] == d["checkpoints"][-1]["path"] and resumed["epochs"] == 50 - done
     await jp_fetch(*api, "jobs", resumed["name"], "cancel", method="POST", body="")
+    # the sidebar's Compare: where the two specs differ (the resume starts from the checkpoint, for fewer epochs)
+    cmp = await _json(await jp_fetch(*api, "compare", params={"jobs": f"{job_name},{resumed['name']}"}))
+    diff = {row["key"]: row["values"] for row in cmp["diff"]}
+    assert cmp["jobs"] == [job_name, resumed["name"]] and "name" not in diff
+    assert diff["epochs"] == {job_name: 50, resumed["name"]: 50 - done}
+    assert diff["base_model"] == {job_name: tiny_model, resumed["name"]: d["checkpoints"][-1]["path"]}
+    for bad in (job_name, f"{job_name},{job_name}", ""):
+        with pytest.raises(HTTPClientError) as one:
+            await jp_fetch(*api, "compare", params={"jobs": bad})
+        assert one.value.code == 400 and json.loads(one.value.response.body)["details"] == {"field": "jobs"}
+    with pytest.raises(HTTPClientError) as missing:
+        await jp_fetch(*api, "compare", params={"jobs": f"{job_name},no-such-job"})
+    assert missing.value.code == 404
     token = ray_cluster.auth_token()
     for body in (d, resumed, listed, part, evs):
         assert token not in json.dumps(body)

@@ -251,6 +251,32 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
     expect(long_tab.locator(".jp-CleverThis-JobDetail-cancel")).to_be_disabled()
     shots("long-job-cancelled")
 
+    # Compare from the sidebar: Ctrl+click marks the two jobs, "Compare" overlays their curves in a tab and
+    # lists where their settings differ.
+    job_row(panel, short).click(modifiers=["Control"])
+    marks = panel.locator(".jp-CleverThis-marks")
+    expect(marks).to_contain_text("1 job marked")
+    job_row(panel, long).click(modifiers=["Control"])
+    expect(marks).to_contain_text("2 jobs marked")
+    expect(job_row(panel, short)).to_have_class(re.compile("jp-mod-marked"))
+    marks.get_by_role("button", name="Compare").click()
+    compare = page.locator("#jp-main-dock-panel .jp-CleverThis-CompareTab")
+    expect(compare).to_be_visible()
+    compare_plot = compare.locator(".jp-CleverThis-LossCurve-plot")
+    expect(compare_plot.locator(".scatterlayer .trace").first).to_be_visible(timeout=30_000)
+    names = compare_plot.evaluate("el => el.data.map(t => [t.name, t.x.length])")
+    assert [n for n, _ in names] == [short, long] and names[0][1] == last_step, names  # one curve per job
+    diff = compare.locator(".jp-CleverThis-compare-diff")
+    expect(diff.locator("thead th")).to_have_text(["setting", short, long])
+    expect(diff.locator('tr[data-key="epochs"] td')).to_have_text(["epochs", "2", "50"])
+    expect(diff.locator('tr[data-key="batch_size"] td')).to_have_text(["batch_size", "8", "4"])
+    expect(diff.locator('tr[data-key="output_dir"]')).to_contain_text("long-checkpoints")
+    shots("compare-two-jobs")
+    page.locator(".lm-TabBar-tab", has_text="Compare").locator(".lm-TabBar-tabCloseIcon").click()
+    expect(compare).to_have_count(0)
+    marks.get_by_role("button", name="Clear").click()
+    expect(marks).to_be_hidden()
+
     # Both tabs survive a reload: JupyterLab's layout restorer opens them again.
     main_tabs = page.locator("#jp-main-dock-panel .lm-TabBar-tab .lm-TabBar-tabLabel")
     expect(main_tabs.filter(has_text=short)).to_have_count(1)

@@ -79,6 +79,7 @@ def test_the_runtime_measures_the_speed_it_expects():
     import types
 
     import torch
+
     from cleverthis_runtime.monitoring import EXPECTED_SHARE, expected_speed
 
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64))

@@ -29,6 +29,11 @@ export type { JobColumn, SortDirection } from './jobColumns';
 export interface IJobTableOptions {
   /** Called when a row is clicked or activated with Enter/Space. */
   onSelect?: (job: IJobSummary) => void;
+  /**
+   * Called when the marked rows change: Ctrl/Cmd+click or Ctrl+Space marks a row (or unmarks it) without
+   * opening it, as the file browser selects several files (the sidebar compares the marked jobs).
+   */
+  onMarked?: (names: string[]) => void;
   /** Row height in px; must match the CSS (default 28). */
   rowHeight?: number;
   /** Rows rendered above and below the viewport (default 10). */
@@ -47,10 +52,12 @@ const TABLE_CLASS = `${CSS_PREFIX}-JobTable`;
 const ROW_CLASS = `${CSS_PREFIX}-JobTable-row`;
 const CELL_CLASS = `${CSS_PREFIX}-JobTable-cell`;
 const SELECTED_CLASS = 'jp-mod-selected';
+const MARKED_CLASS = 'jp-mod-marked';
 
 export class JobTable {
   constructor(options: IJobTableOptions = {}) {
     this._onSelect = options.onSelect;
+    this._onMarked = options.onMarked;
     this.rowHeight = options.rowHeight ?? 28;
     this._overscan = options.overscan ?? 10;
     this._fallbackHeight = options.fallbackHeight ?? 480;
@@ -129,6 +136,18 @@ export class JobTable {
   set selectedName(name: string | null) {
     this._selected = name;
     this.render();
+  }
+
+  /** The marked jobs' names, in the order they were marked. */
+  get marked(): string[] {
+    return [...this._marked];
+  }
+
+  /** Unmark every row. */
+  clearMarks(): void {
+    this._marked.clear();
+    this.render();
+    this._onMarked?.([]);
   }
 
   /** Replace the jobs shown. */
@@ -238,6 +257,8 @@ export class JobTable {
     row.dataset.index = String(index);
     row.setAttribute('aria-rowindex', String(index + 1));
     row.classList.toggle(SELECTED_CLASS, job.name === this._selected);
+    row.classList.toggle(MARKED_CLASS, this._marked.has(job.name));
+    row.setAttribute('aria-selected', String(this._marked.has(job.name)));
     const elapsed = formatElapsed(jobElapsed(job, now));
     // Skip DOM writes when nothing shown in the row changed.
     const key = jobRowKey(job, elapsed);
@@ -305,9 +326,19 @@ export class JobTable {
     this.render();
   };
 
+  private _toggleMark(job: IJobSummary): void {
+    if (!this._marked.delete(job.name)) {
+      this._marked.add(job.name);
+    }
+    this.render();
+    this._onMarked?.(this.marked);
+  }
+
   private _onClick = (event: MouseEvent): void => {
     const job = this._rowJob(event.target);
-    if (job) {
+    if (job && this._onMarked && (event.ctrlKey || event.metaKey)) {
+      this._toggleMark(job);
+    } else if (job) {
       this._selected = job.name;
       this.render();
       this._onSelect?.(job);
@@ -319,7 +350,10 @@ export class JobTable {
       return;
     }
     const job = this._rowJob(event.target);
-    if (job) {
+    if (job && this._onMarked && event.key === ' ' && (event.ctrlKey || event.metaKey)) {
+      event.preventDefault();
+      this._toggleMark(job);
+    } else if (job) {
       event.preventDefault();
       this._selected = job.name;
       this.render();
@@ -345,6 +379,7 @@ export class JobTable {
   private _sorted: IJobSummary[] = [];
   private _pool: HTMLDivElement[] = [];
   private _selected: string | null = null;
+  private readonly _marked = new Set<string>();
   private _sortColumn: JobColumn = 'created_at';
   private _sortDirection: SortDirection = 'desc';
   private _disposed = false;
@@ -354,6 +389,7 @@ export class JobTable {
   private readonly _spacer: HTMLDivElement;
   private readonly _empty: HTMLDivElement;
   private readonly _onSelect?: (job: IJobSummary) => void;
+  private readonly _onMarked?: (names: string[]) => void;
   private readonly _overscan: number;
   private readonly _fallbackHeight: number;
   private readonly _now: () => number;

@@ -17,6 +17,13 @@ export interface IPlotly {
   Plots?: { resize(root: HTMLElement): unknown };
 }
 
+/** One job's curves in a comparison ({@link LossCurve.setRuns}). */
+export interface ILossRun {
+  name: string;
+  points: readonly ILossPoint[];
+  validation: readonly ILossPoint[];
+}
+
 /** Options of {@link LossCurve}. */
 export interface ILossCurveOptions {
   /** Loads Plotly; defaults to a dynamic import of `plotly.js-basic-dist-min`. */
@@ -95,6 +102,15 @@ export class LossCurve {
   /** Replace the step-loss series. Resolves once drawn. */
   setPoints(points: readonly ILossPoint[]): Promise<void> {
     this._points = [...points];
+    this._runs = null;
+    return this.draw();
+  }
+
+  /** Overlay several jobs' curves (a comparison): one colour per job, its validation dotted. Resolves once drawn. */
+  setRuns(runs: readonly ILossRun[]): Promise<void> {
+    this._runs = runs.map(r => ({ name: r.name, points: [...r.points], validation: [...r.validation] }));
+    this._points = this._runs.flatMap(r => r.points);
+    this._validation = this._runs.flatMap(r => r.validation);
     return this.draw();
   }
 
@@ -157,39 +173,19 @@ export class LossCurve {
       return;
     }
     const colors = Private.themeColors(this.node);
+    const traces = this._runs ? Private.runTraces(this._runs, colors) : this._traces(points, colors);
     await this._plotly.react(
       this._plot,
-      [
-        {
-          x: points.map(p => p.step),
-          y: points.map(p => p.loss),
-          type: 'scatter',
-          mode: points.length > 1 ? 'lines' : 'markers',
-          name: 'loss',
-          line: { color: colors.line, width: 2 },
-          marker: { color: colors.line },
-          hovertemplate: 'step %{x}<br>loss %{y:.4f}<extra></extra>'
-        },
-        {
-          x: this._validation.map(p => p.step),
-          y: this._validation.map(p => p.loss),
-          type: 'scatter',
-          mode: 'lines+markers',
-          name: 'validation loss',
-          line: { color: colors.validation, width: 1, dash: 'dot' },
-          marker: { color: colors.validation, size: 7 },
-          hovertemplate: 'step %{x}<br>validation loss %{y:.4f}<extra></extra>'
-        }
-      ],
+      traces,
       {
         height: this._height,
-        margin: { l: 48, r: 12, t: this._validation.length ? 28 : 12, b: 36 },
+        margin: { l: 48, r: 12, t: this._validation.length || this._runs ? 28 : 12, b: 36 },
         paper_bgcolor: 'rgba(0,0,0,0)',
         plot_bgcolor: 'rgba(0,0,0,0)',
         font: { color: colors.font, family: colors.fontFamily, size: 11 },
         xaxis: { title: { text: 'step' }, gridcolor: colors.grid, zeroline: false },
         yaxis: { title: { text: 'loss' }, gridcolor: colors.grid, zeroline: false },
-        showlegend: this._validation.length > 0,
+        showlegend: this._validation.length > 0 || !!this._runs,
         legend: { orientation: 'h', x: 0, y: 1.15 }
       },
       { displayModeBar: false, responsive: true }
@@ -197,7 +193,33 @@ export class LossCurve {
     this._drawn = true;
   }
 
+  private _traces(points: readonly ILossPoint[], colors: Private.IColors): Record<string, unknown>[] {
+    return [
+      {
+        x: points.map(p => p.step),
+        y: points.map(p => p.loss),
+        type: 'scatter',
+        mode: points.length > 1 ? 'lines' : 'markers',
+        name: 'loss',
+        line: { color: colors.line, width: 2 },
+        marker: { color: colors.line },
+        hovertemplate: 'step %{x}<br>loss %{y:.4f}<extra></extra>'
+      },
+      {
+        x: this._validation.map(p => p.step),
+        y: this._validation.map(p => p.loss),
+        type: 'scatter',
+        mode: 'lines+markers',
+        name: 'validation loss',
+        line: { color: colors.validation, width: 1, dash: 'dot' },
+        marker: { color: colors.validation, size: 7 },
+        hovertemplate: 'step %{x}<br>validation loss %{y:.4f}<extra></extra>'
+      }
+    ];
+  }
+
   private _points: ILossPoint[] = [];
+  private _runs: ILossRun[] | null = null;
   private _validation: ILossPoint[] = [];
   private _plotly: IPlotly | null = null;
   private _drawing: Promise<void> | null = null;
@@ -228,14 +250,47 @@ namespace Private {
     return plotly;
   }
 
-  /** Read the JupyterLab theme variables so the plot follows light/dark themes. */
-  export function themeColors(node: HTMLElement): {
+  export interface IColors {
     line: string;
     validation: string;
     font: string;
     grid: string;
     fontFamily: string;
-  } {
+  }
+
+  /** Plotly's default colour cycle, after the theme's brand colour for the first job. */
+  const RUN_COLORS = ['#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f', '#bcbd22', '#17becf'];
+
+  /** A comparison's traces: each job's loss, then its validation loss dotted, in the job's colour. */
+  export function runTraces(runs: readonly ILossRun[], colors: IColors): Record<string, unknown>[] {
+    return runs.flatMap((run, i) => {
+      const color = i === 0 ? colors.line : RUN_COLORS[(i - 1) % RUN_COLORS.length];
+      const loss = {
+        x: run.points.map(p => p.step),
+        y: run.points.map(p => p.loss),
+        type: 'scatter',
+        mode: run.points.length > 1 ? 'lines' : 'markers',
+        name: run.name,
+        line: { color, width: 2 },
+        marker: { color },
+        hovertemplate: `${run.name}<br>step %{x}<br>loss %{y:.4f}<extra></extra>`
+      };
+      const validation = {
+        x: run.validation.map(p => p.step),
+        y: run.validation.map(p => p.loss),
+        type: 'scatter',
+        mode: 'lines+markers',
+        name: `${run.name} (validation)`,
+        line: { color, width: 1, dash: 'dot' },
+        marker: { color, size: 6 },
+        hovertemplate: `${run.name}<br>step %{x}<br>validation loss %{y:.4f}<extra></extra>`
+      };
+      return run.validation.length ? [loss, validation] : [loss];
+    });
+  }
+
+  /** Read the JupyterLab theme variables so the plot follows light/dark themes. */
+  export function themeColors(node: HTMLElement): IColors {
     const style = typeof getComputedStyle === 'function' ? getComputedStyle(node) : null;
     const read = (name: string, fallback: string) =>
       style?.getPropertyValue(name).trim() || fallback;

@@ -104,6 +104,9 @@ export type IClusterInfo = Api.ClusterInfo;
 /** `GET /clusters` (`ClusterList`). */
 export type IClusterList = Api.ClusterList;
 
+/** `GET /clusters/{cluster}/compare?jobs=a,b`: where the jobs' specs differ, key by key (`Comparison`). */
+export type IComparison = Api.Comparison;
+
 /** A saved spec ("Save as template"; `GET /templates` item, `Template`). */
 export type ITemplate = Api.Template;
 

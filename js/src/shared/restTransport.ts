@@ -10,6 +10,7 @@ import {
   IClusterInfo,
   IClusterList,
   IClusterState,
+  IComparison,
   IDownloadResult,
   IEventsPage,
   IExportResult,
@@ -191,6 +192,10 @@ export class RestTransport implements ITransport {
       query.after_step = String(Math.floor(options.afterStep));
     }
     return this._request<ICurves>('GET', ['clusters', cluster, 'jobs', name, 'metrics'], undefined, query);
+  }
+
+  compareJobs(cluster: string, names: readonly string[]): Promise<IComparison> {
+    return this._request<IComparison>('GET', ['clusters', cluster, 'compare'], undefined, { jobs: names.join(',') });
   }
 
   getSchema(): Promise<ISchemaBundle> {

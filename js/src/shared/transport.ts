@@ -6,6 +6,7 @@
 import {
   IClusterInfo,
   IClusterState,
+  IComparison,
   IDownloadResult,
   IEventsPage,
   IExportResult,
@@ -66,6 +67,8 @@ export interface ITransport {
   downloadModel?(cluster: string, model: string, revision?: string): Promise<IDownloadResult>;
   /** Export merged: a checkpoint as a standalone fp16/bf16 model folder on the cluster; absent where it cannot. */
   exportCheckpoint?(cluster: string, name: string, checkpoint: string, dtype: string): Promise<IExportResult>;
+  /** Where the specs of jobs `names` differ, key by key (`GET .../compare`); absent where it cannot. */
+  compareJobs?(cluster: string, names: readonly string[]): Promise<IComparison>;
   /** The cluster's alive nodes, the head first (`GET /clusters/{cluster}/nodes`); absent where unknown. */
   listNodes?(cluster: string): Promise<INodeResources[]>;
   /** The spec a job was submitted with, and the same as YAML (`%%train` reads it); absent where unknown. */
