@@ -131,6 +131,28 @@ def lab(ray_cluster: object, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 @pytest.fixture(scope="session")
+def long_curve_job(ray_cluster: object, tiny_model: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A succeeded job of 5,000 steps on the test run's head: long_curve_job.py, a Ray job printing the runtime's
+    events, stands in for the training runtime (its entrypoint); everything after Ray's log is the product's."""
+    import shlex
+
+    from jupyter_cleverthis.service import runtime_env
+    from jupyter_cleverthis.service.jobs import JobService
+    from jupyter_cleverthis.spec import JobSpec, JobStatus
+
+    script = Path(__file__).with_name("long_curve_job.py")
+    name = f"ui-5000-steps-{secrets.token_hex(3)}"
+    svc = JobService()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runtime_env, "entrypoint", lambda spec: f"{shlex.quote(sys.executable)} {shlex.quote(str(script))}")
+        svc.create(JobSpec(name=name, base_model=tiny_model, dataset_path=str(tmp_path_factory.mktemp("curve-data")),
+                           epochs=1, workers=1), check=False)
+    final = svc.wait("local", name, timeout=300)
+    assert final.status == JobStatus.SUCCEEDED and final.metrics and final.metrics.step == 5000, final
+    return name
+
+
+@pytest.fixture(scope="session")
 def browser(chromium_path: str) -> Iterator[Browser]:
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is missing (pip install -e '.[dev]')")
     sync_playwright = sync_api.sync_playwright

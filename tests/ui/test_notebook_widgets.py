@@ -45,15 +45,18 @@ def run_cell(notebook: Locator, index: int) -> Locator:
     return cell
 
 
-def test_widgets_create_follow_and_detail(page: Page, shots, console_errors, lab, tiny_model, dataset) -> None:
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in CELLS])
+def test_widgets_create_follow_and_detail(page: Page, shots, console_errors, lab, tiny_model, dataset,
+                                         long_curve_job) -> None:
+    # and a 5,000-step job (issue 16): `%train show` (the job view) and the curve `%train` shows, whole
+    long_cells = [f"%train show {long_curve_job}", f"from jupyter_cleverthis import Job; LossCurve(Job.attach({long_curve_job!r}))"]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in CELLS + long_cells])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
     nbformat.write(nb, lab.root_dir / "widgets.ipynb")
 
     run_command(page, "docmanager:open", {"path": "widgets.ipynb"})
     panel = page.locator(".jp-NotebookPanel").filter(has=page.locator(".jp-Notebook"))
     notebook = panel.locator(".jp-Notebook")
-    expect(notebook.locator(".jp-Cell")).to_have_count(len(CELLS))
+    expect(notebook.locator(".jp-Cell")).to_have_count(len(CELLS) + len(long_cells))
     wait_kernel_idle(page)
 
     for i in range(3):
@@ -71,7 +74,7 @@ def test_widgets_create_follow_and_detail(page: Page, shots, console_errors, lab
     name_input.press_sequentially(name)  # real key presses: notebook shortcuts must not fire in the widget
     fill_fields(form, {"base_model": tiny_model, "dataset_path": dataset, "epochs": 2, "batch_size": 8, "workers": 1})
     expect(name_input).to_have_value(name)
-    expect(notebook.locator(".jp-Cell")).to_have_count(len(CELLS))
+    expect(notebook.locator(".jp-Cell")).to_have_count(len(CELLS) + len(long_cells))
     form_cell.locator(".jp-CleverThis-createSubmit").click()
 
     # The widget turns into the created job's detail (once the kernel has run the pre-flight and submitted).
@@ -125,4 +128,16 @@ def test_widgets_create_follow_and_detail(page: Page, shots, console_errors, lab
     # plotly draws a transparent plot area as fill rgb(0, 0, 0) with fill-opacity 0
     assert plot.locator("rect.bg").first.evaluate("r => getComputedStyle(r).fillOpacity") == "0"
     shots("loss-curve-dark")
+
+    # The 5,000-step job in both notebook front-ends: every point the server sends, from step 1 to 5,000.
+    for index, selector in ((len(CELLS), ".jp-CleverThis-LossCurve-plot"), (len(CELLS) + 1, ".js-plotly-plot")):
+        cell = run_cell(notebook, index)
+        long_plot = cell.locator(selector).first
+        expect(long_plot).to_be_visible(timeout=60_000)
+        page.wait_for_function("el => el.data && el.data[0] && el.data[0].x && el.data[0].x.at(-1) === 5000",
+                               arg=long_plot.element_handle(), timeout=60_000)
+        xs = long_plot.evaluate("el => Array.from(el.data[0].x)")
+        assert xs[0] == 1 and 1000 <= len(xs) <= 2000 and xs == sorted(xs), (selector, xs[:3], len(xs))
+        cell.scroll_into_view_if_needed()
+        shots(f"curve-5000-steps-{'view' if index == len(CELLS) else 'magic'}")
     assert_no_console_errors(console_errors)

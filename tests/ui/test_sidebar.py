@@ -19,6 +19,7 @@ from .helpers import (  # noqa: E402
     job_tab,
     open_training_panel,
     plot_points,
+    run_command,
     set_theme,
     tab_badge,
     unique,
@@ -327,3 +328,22 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
 def _luminance(css_color: str) -> float:
     r, g, b = (float(x) for x in re.findall(r"\d+(?:\.\d+)?", css_color)[:3])
     return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
+
+
+def test_a_5000_step_job_draws_its_whole_curve(page: Page, shots, console_errors, long_curve_job) -> None:
+    """Issue 16: a 5,000-step job's curve in its tab, whole from its first step: the server downsamples it to at
+    most 2,000 points (MinMaxLTTB keeps the first and the last), the tab draws every one of them."""
+    open_training_panel(page)
+    run_command(page, "cleverthis:open-job", {"cluster": "local", "name": long_curve_job})
+    tab = job_tab(page, long_curve_job)
+    expect(tab_badge(tab)).to_have_text("succeeded", timeout=60_000)
+    expect(tab.locator('.jp-CleverThis-JobDetail-progress tr[data-key="Step"] td')).to_have_text(re.compile("^5,?000$"))
+    plot = tab.locator(".jp-CleverThis-LossCurve-plot")
+    page.wait_for_function("el => el.data && el.data[0].x.length > 0 && el.data[0].x.at(-1) === 5000",
+                           arg=plot.element_handle(), timeout=60_000)
+    xs = plot.evaluate("el => el.data[0].x")
+    assert xs[0] == 1 and 1000 <= len(xs) <= 2000 and xs == sorted(xs), (xs[:3], len(xs))
+    assert plot.locator(".scatterlayer .trace path.js-line").get_attribute("d").count("L") >= 500  # drawn, not just held
+    tab.scroll_into_view_if_needed()
+    shots("curve-5000-steps")
+    assert_no_console_errors(console_errors)
