@@ -137,8 +137,9 @@ def _matmul_flops(torch: Any, device: Any) -> float:
     gpu = getattr(device, "type", "cpu") == "cuda"
     n = 4096 if gpu else 1024
     dtype = (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16) if gpu else torch.float32
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
+    # constant operands: drawing random ones would move the seeded RNG, and so the training's dropout and data order
+    a = torch.full((n, n), 0.5, device=device, dtype=dtype)
+    b = torch.full((n, n), 0.25, device=device, dtype=dtype)
     sync = torch.cuda.synchronize if gpu else (lambda: None)
     a @ b
     sync()

@@ -84,7 +84,9 @@ def test_the_runtime_measures_the_speed_it_expects():
 
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64))
     n = sum(p.numel() for p in model.parameters())
+    rng = torch.get_rng_state()
     full = expected_speed(model, types.SimpleNamespace(gradient_checkpointing=False), 2, torch)
+    assert torch.equal(torch.get_rng_state(), rng)  # the seeded run's dropout and data order stay as they were
     assert full["flops_per_token"] == 6 * n and full["device_flops"] > 1e8
     assert full["expected_tokens_per_s"] == round(2 * EXPECTED_SHARE * full["device_flops"] / (6 * n), 1)
     model[0].requires_grad_(False)
