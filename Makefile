@@ -94,7 +94,7 @@ $(CHP):
 hub-proxy: $(CHP)
 
 test-ui: install chromium hub-proxy
-	$(STAGE) ui $(PY) -m pytest -q -ra tests/ui
+	$(STAGE) ui $(PY) -m pytest -q -ra --durations=8 tests/ui
 
 test:
 	@mkdir -p $(dir $(CLEVERTHIS_STAGES))

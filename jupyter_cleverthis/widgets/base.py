@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from pathlib import Path
 from typing import Any
 
 import anywidget
@@ -21,29 +20,19 @@ from ..errors import BadRequest, CleverThisError
 from ..job import Job, default_service
 from ..service.jobs import JobService
 from ..service.models import DownloadResult, Preflight
+from . import bundle
 
 log = logging.getLogger(__name__)
-STATIC = Path(__file__).parent / "static"
 # Actions that may take minutes (a model download on every node, a merged export): answered from a thread, so
 # the kernel keeps running cells and answering the other actions meanwhile.
 LONG_ACTIONS = ("download", "export")
 
 
-def _esm() -> Any:
-    f = STATIC / "widget.js"
-    if f.exists():
-        return f
-    return "export default { render({ el }) { el.textContent = 'jupyter-cleverthis: front-end not built (make install)'; } };"
-
-
-def _css() -> Any:
-    f = STATIC / "widget.css"
-    return f if f.exists() else ""
-
-
 class JobsWidget(anywidget.AnyWidget):
-    _esm = _esm()
-    _css = _css()
+    _esm = bundle.LOADER
+    _css = bundle.css()
+    _bundle = t.Unicode(bundle.SOURCE).tag(sync=True)
+    _bundle_id = t.Unicode(bundle.source_id(bundle.SOURCE)).tag(sync=True)
 
     jobs = t.List(t.Dict()).tag(sync=True)
     detail = t.Dict(allow_none=True, default_value=None).tag(sync=True)

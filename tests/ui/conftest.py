@@ -14,6 +14,8 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -63,6 +65,16 @@ class Lab:
     def lab_url(self, path: str = "lab") -> str:
         sep = "&" if "?" in path else "?"
         return f"{self.url}{path}{sep}token={self.token}"
+
+    def reset_workspace(self) -> None:
+        """Forget the default workspace (JupyterLab's saved layout) through its REST API."""
+        req = urllib.request.Request(f"{self.url}lab/api/workspaces/default", method="DELETE",
+                                     headers={"Authorization": f"token {self.token}"})
+        try:
+            urllib.request.urlopen(req, timeout=30).close()
+        except urllib.error.HTTPError as e:
+            if e.code != 404:  # none saved yet
+                raise
 
 
 @pytest.fixture(autouse=True)
@@ -199,6 +211,7 @@ def open_lab_page(browser: Browser, lab: Lab, request: pytest.FixtureRequest) ->
     request.node.ui_shots = shots = Shots(pg, request.node.name)
     request.node.ui_errors = errors
     try:
+        lab.reset_workspace()  # the tabs an earlier test left open (a notebook, its widgets) stay shut
         pg.goto(lab.lab_url("lab"))
         pg.wait_for_function("() => window.jupyterapp !== undefined", timeout=90_000)
         pg.evaluate("() => window.jupyterapp.started.then(() => window.jupyterapp.restored).then(() => true)")

@@ -140,4 +140,6 @@ def test_widgets_create_follow_and_detail(page: Page, shots, console_errors, lab
         assert xs[0] == 1 and 1000 <= len(xs) <= 2000 and xs == sorted(xs), (selector, xs[:3], len(xs))
         cell.scroll_into_view_if_needed()
         shots(f"curve-5000-steps-{'view' if index == len(CELLS) else 'magic'}")
+    # Every widget above shares one parse of the front-end bundle (widgets/bundle.py): the page holds one module.
+    assert page.evaluate("() => globalThis.__jupyterCleverthisWidgets.size") == 1
     assert_no_console_errors(console_errors)

@@ -182,3 +182,18 @@ def test_the_old_widget_name_still_imports_with_a_deprecation_warning():
     with pytest.warns(DeprecationWarning, match="use JobView"):
         old = widgets.JobDetail
     assert old is JobDetail  # JobView, imported under its old name above
+
+
+def test_every_widget_carries_the_built_bundle_behind_one_small_loader(svc):
+    """anywidget's 2 s initialize deadline covers `_esm` only: that is the loader, the bundle travels as a trait."""
+    from jupyter_cleverthis.widgets import bundle
+
+    built = bundle.STATIC / "widget.js"
+    assert built.exists(), "the widgets' front-end is built by make install"
+    widgets = [JobList(service=svc), JobDetail(Job("a", service=svc), service=svc),
+               LogStream(Job("a", service=svc), service=svc), CreateJobForm(service=svc)]
+    for w in widgets:
+        assert w._esm == bundle.LOADER and len(w._esm) < 2000
+        assert w._bundle == built.read_text(encoding="utf-8")
+        assert w._bundle_id == bundle.source_id(w._bundle)
+    assert "module.default.render" in bundle.LOADER and "_bundle_id" in bundle.LOADER

@@ -49,11 +49,13 @@ export class LossCurve {
     this._plot.style.display = 'none';
     // Plotly needs concrete colours: redraw with the new theme's variables
     // when JupyterLab switches themes (it sets these attributes once the
-    // theme's CSS has loaded).
+    // theme's CSS has loaded, then hides the main area and shows it again on
+    // the next frame: a plot redrawn while hidden keeps the old colours, so
+    // the redraw waits until the area is back).
     if (typeof MutationObserver !== 'undefined' && typeof document !== 'undefined') {
       this._themeObserver = new MutationObserver(() => {
         if (this._drawn) {
-          void this.draw();
+          afterNextFrame(() => void this.draw());
         }
       });
       this._themeObserver.observe(document.body, {
@@ -135,8 +137,12 @@ export class LossCurve {
 
   /** Resize the plot to its container (call after the container changes size). */
   resize(): void {
+    if (this._drawnHidden && this._displayed()) {
+      void this.draw(); // drawn while hidden (a theme switch in a background tab): the colours may be stale
+      return;
+    }
     // plotly rejects a resize of a plot that is not displayed (the sidebar's list view hides the detail).
-    if (this._plotly && this._drawn && this._plot.isConnected && this._plot.getClientRects().length > 0) {
+    if (this._plotly && this._drawn && this._displayed()) {
       void Promise.resolve(this._plotly.Plots?.resize(this._plot)).catch(() => undefined);
     }
   }
@@ -191,6 +197,11 @@ export class LossCurve {
       { displayModeBar: false, responsive: true }
     );
     this._drawn = true;
+    this._drawnHidden = !this._displayed();
+  }
+
+  private _displayed(): boolean {
+    return this._plot.isConnected && this._plot.getClientRects().length > 0;
   }
 
   private _traces(points: readonly ILossPoint[], colors: Private.IColors): Record<string, unknown>[] {
@@ -227,10 +238,20 @@ export class LossCurve {
   private _drawn = false;
   private _disposed = false;
   private _themeObserver: MutationObserver | null = null;
+  private _drawnHidden = false;
   private readonly _plot: HTMLDivElement;
   private readonly _empty: HTMLDivElement;
   private readonly _height: number;
   private readonly _loadPlotly: () => Promise<IPlotly>;
+}
+
+/** Run `f` after the next frame has been rendered. */
+function afterNextFrame(f: () => void): void {
+  if (typeof requestAnimationFrame === 'function') {
+    requestAnimationFrame(() => requestAnimationFrame(() => f()));
+  } else {
+    setTimeout(f, 0);
+  }
 }
 
 namespace Private {
