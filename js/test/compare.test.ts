@@ -1,16 +1,6 @@
 import { describe, expect, it, vi } from 'vitest';
 
-// The real ui-components import .svg files; the panel and the tab only need their icons.
-vi.mock('@jupyterlab/ui-components', () => {
-  class LabIcon {
-    constructor(readonly options: { name: string; svgstr: string }) {}
-    element() {
-      return document.createElement('span');
-    }
-  }
-  const icon = { element: () => document.createElement('span') };
-  return { LabIcon, launchIcon: icon, refreshIcon: icon };
-});
+vi.mock('@jupyterlab/ui-components', () => import('./uiComponentsMock'));
 
 import { Widget } from '@lumino/widgets';
 

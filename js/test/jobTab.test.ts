@@ -1,14 +1,6 @@
 import { describe, expect, it, vi, type Mock } from 'vitest';
 
-vi.mock('@jupyterlab/ui-components', () => {
-  class LabIcon {
-    constructor(readonly options: { name: string; svgstr: string }) {}
-    element() {
-      return document.createElement('span');
-    }
-  }
-  return { LabIcon };
-});
+vi.mock('@jupyterlab/ui-components', () => import('./uiComponentsMock'));
 
 import { Widget } from '@lumino/widgets';
 

@@ -1,16 +1,6 @@
 import { describe, expect, it, vi, type Mock } from 'vitest';
 
-// The real ui-components import .svg files; the panel only needs two icons.
-vi.mock('@jupyterlab/ui-components', () => {
-  class LabIcon {
-    constructor(readonly options: { name: string; svgstr: string }) {}
-    element() {
-      return document.createElement('span');
-    }
-  }
-  const icon = { element: () => document.createElement('span') };
-  return { LabIcon, launchIcon: icon, refreshIcon: icon };
-});
+vi.mock('@jupyterlab/ui-components', () => import('./uiComponentsMock'));
 
 import { Widget } from '@lumino/widgets';
 
