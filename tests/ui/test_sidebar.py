@@ -216,7 +216,7 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
 
     # A long job: a second tab beside the first; wait until running, cancel from its tab, see cancelled.
     long = unique("ui-long")  # its own checkpoint folder: the data's checkpoints/ belongs to the short job
-    create_job(page, panel, {"name": long, "base_model": tiny_model, "dataset_path": dataset, "epochs": 50,
+    create_job(page, panel, {"name": long, "base_model": tiny_model, "dataset_path": dataset, "epochs": 1000,
                              "batch_size": 4, "workers": 1, "output_dir": dataset.parent / "long-checkpoints"})
     long_tab = job_tab(page, long)
     expect(long_tab.locator(".jp-CleverThis-JobDetail-name")).to_have_text(long)
@@ -269,7 +269,7 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
     assert [n for n, _ in names] == [short, long] and names[0][1] == last_step, names  # one curve per job
     diff = compare.locator(".jp-CleverThis-compare-diff")
     expect(diff.locator("thead th")).to_have_text(["setting", short, long])
-    expect(diff.locator('tr[data-key="epochs"] td')).to_have_text(["epochs", "2", "50"])
+    expect(diff.locator('tr[data-key="epochs"] td')).to_have_text(["epochs", "2", "1000"])
     expect(diff.locator('tr[data-key="batch_size"] td')).to_have_text(["batch_size", "8", "4"])
     expect(diff.locator('tr[data-key="output_dir"]')).to_contain_text("long-checkpoints")
     shots("compare-two-jobs")
