@@ -127,7 +127,7 @@ def test_two_users_share_the_cluster_and_own_their_jobs(browser, hub, ray_cluste
     try:
         panel_a = open_training_panel(alice)
         name = unique("hub-alice")
-        create_job(alice, panel_a, {"name": name, "base_model": tiny_model, "dataset_path": dataset, "epochs": 300,
+        create_job(alice, panel_a, {"name": name, "base_model": tiny_model, "dataset_path": dataset, "epochs": 3000,
                                     "batch_size": 4, "workers": 1})
         tab_a = job_tab(alice, name)
         expect(tab_badge(tab_a)).to_have_text("running", timeout=JOB_DONE_S * 1000)
