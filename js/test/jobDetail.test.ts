@@ -323,6 +323,24 @@ describe('LossCurve (in the detail view)', () => {
     expect(view.node.querySelector('.jp-CleverThis-LossCurve-empty')!.textContent).toMatch(/No loss/);
   });
 
+  it('redraws a curve drawn while hidden (a background tab) once it is shown, then only resizes', async () => {
+    const plotly = fakePlotly();
+    const view = new JobDetailView({ lossCurve: { loadPlotly: async () => plotly } });
+    document.body.appendChild(view.node);
+    await view.setEvents([{ i: 1, type: 'step', step: 1, loss: 3 }]); // jsdom lays nothing out: drawn hidden
+    expect(plotly.react).toHaveBeenCalledTimes(1);
+    const plot = view.node.querySelector('.jp-CleverThis-LossCurve-plot') as HTMLElement;
+    plot.getClientRects = () => [new DOMRect(0, 0, 600, 220)] as unknown as DOMRectList; // now displayed
+    view.lossCurve!.resize();
+    await new Promise(r => setTimeout(r, 0));
+    expect(plotly.react).toHaveBeenCalledTimes(2); // redrawn with the colours of now, not only resized
+    expect(plotly.Plots!.resize).not.toHaveBeenCalled();
+    view.lossCurve!.resize();
+    expect(plotly.Plots!.resize).toHaveBeenCalledTimes(1);
+    expect(plotly.react).toHaveBeenCalledTimes(2);
+    view.dispose();
+  });
+
   it('redraws with the new colours when JupyterLab switches theme', async () => {
     const plotly = fakePlotly();
     const view = new JobDetailView({ lossCurve: { loadPlotly: async () => plotly } });
