@@ -4,8 +4,10 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.cleverthis-installed
-# The exact versions this project is tested with (pyproject.toml keeps ranges).
-PIP := $(PY) -m pip install -q --disable-pip-version-check -c constraints.txt
+# The exact versions this project is tested with (pyproject.toml keeps ranges). --no-compile: pip would byte-compile
+# every module of every package (torch's and transformers' thousands, most never imported here) on one core; Python
+# compiles the modules that are imported, once, on first import.
+PIP := $(PY) -m pip install -q --disable-pip-version-check --no-compile -c constraints.txt
 # Tools the steps call by name (jupyter, ray, cleverthis-train) come from the project's venv.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # What outlives a clean clone on this machine (CI included): the TensorFlow environment and the DeepSpeed op cache.
@@ -80,7 +82,7 @@ test-fast: install
 # Three xdist workers share one Ray head (tests/conftest.py); the tests marked serial run alone afterwards.
 PYTEST_WORKERS ?= 3
 test-pytest: install-tf
-	$(STAGE) pytest $(PY) -m pytest -q -ra --durations=15 -n $(PYTEST_WORKERS) --dist worksteal -m "not serial" --ignore=tests/ui
+	$(STAGE) pytest $(PY) -m pytest -q -ra --durations=30 -n $(PYTEST_WORKERS) --dist worksteal -m "not serial" --ignore=tests/ui
 
 # The serial tests and the browser tests run side by side, each with a Ray head of its own (make -j2).
 test-serial: install-tf

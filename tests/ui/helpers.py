@@ -77,7 +77,8 @@ def plot_points(plot: Locator) -> int:
 
 def set_theme(page: Page, theme: str) -> None:
     run_command(page, "apputils:change-theme", {"theme": theme})
-    page.wait_for_function("t => document.body.dataset.jpThemeName === t", arg=theme, timeout=60_000)
+    wait_until(page, "t => document.body.dataset.jpThemeName === t", theme, what=f"the theme became {theme}",
+               state="() => document.body.dataset.jpThemeName")
 
 
 def wait_kernel_idle(page: Page, timeout_s: float = 120) -> None:
@@ -107,3 +108,21 @@ def job_tab(page: Page, name: str, cluster: str = "local") -> Locator:
 def tab_badge(tab: Locator) -> Locator:
     """The status badge in a job tab's header."""
     return tab.locator(".jp-CleverThis-JobDetail-header .jp-CleverThis-badge")
+
+
+def wait_until(page: Page, predicate: str, arg: Any = None, *, what: str, timeout_s: float = 60,
+               state: str | None = None) -> None:
+    """`page.wait_for_function(predicate, arg)`, failing with what was awaited and, where `state` (a JS function
+    of the same `arg`) is given, what the page showed instead: a timeout says which wait, not only "60000ms"."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(predicate, arg=arg, timeout=timeout_s * 1000)
+    except PlaywrightTimeout:
+        seen = ""
+        if state is not None:
+            try:
+                seen = f"; the page shows {page.evaluate(state, arg)!r}"
+            except Exception as err:  # noqa: BLE001 - the page may be gone; the wait's failure is what counts
+                seen = f"; its state could not be read ({err})"
+        raise AssertionError(f"not within {timeout_s:g} s: {what}{seen}") from None

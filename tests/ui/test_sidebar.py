@@ -23,6 +23,7 @@ from .helpers import (  # noqa: E402
     set_theme,
     tab_badge,
     unique,
+    wait_until,
 )
 
 pytestmark = pytest.mark.integration
@@ -149,7 +150,8 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
     cursor_line = """() => { const w = window.jupyterapp.shell.currentWidget;
         const e = w && w.content && w.content.editor;
         return e ? e.getLine(e.getCursorPosition().line) : null; }"""
-    page.wait_for_function(f"() => ({cursor_line})() !== null", timeout=30_000)
+    wait_until(page, f"() => ({cursor_line})() !== null", what="the editor opened on the dataset's file",
+               timeout_s=30, state="() => String(window.jupyterapp.shell.currentWidget?.title.label)")
     assert page.evaluate(cursor_line) == '{"instruction": "q", "output": 3}'  # the cursor is on the bad line
     shots("data-line-in-editor")
     dialog = open_create_dialog(page, panel)  # the form comes back as it was set aside
@@ -200,10 +202,11 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
     expect(plot.locator(".scatterlayer .trace path.js-line")).to_have_count(1)
     step_cell = detail.locator('.jp-CleverThis-JobDetail-progress tr[data-key="Step"] td')
     # The curve and the progress table are fetched apart: wait until both show the job's last step.
-    page.wait_for_function(
-        "([el, cell]) => el.data && el.data[0].x.length > 0"
-        " && el.data[0].x.length === Number(cell.textContent.replace(/,/g, ''))",
-        arg=[plot.element_handle(), step_cell.element_handle()], timeout=60_000)
+    wait_until(page, "([el, cell]) => el.data && el.data[0].x.length > 0"
+               " && el.data[0].x.length === Number(cell.textContent.replace(/,/g, ''))",
+               [plot.element_handle(), step_cell.element_handle()],
+               what="the curve's points and the progress table's last step agree",
+               state="([el, cell]) => ({points: el.data ? el.data[0].x.length : null, step: cell.textContent})")
     last_step = int(step_cell.inner_text().replace(",", ""))
     assert last_step >= 10
     steps = plot_points(plot)  # one point per step the job reported
@@ -283,13 +286,16 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
     expect(main_tabs.filter(has_text=short)).to_have_count(1)
     expect(main_tabs.filter(has_text=long)).to_have_count(1)
     # the workspace is saved shortly after a layout change: wait until it holds both tabs
-    page.wait_for_function(
-        """async names => {
+    saved_workspace = """async names => {
             const s = window.jupyterapp.serviceManager.serverSettings;
             const r = await fetch(s.baseUrl + 'lab/api/workspaces/default', {credentials: 'same-origin'});
             const text = await r.text();
             return names.every(n => text.includes('cleverthis-job:local/' + n));
-        }""", arg=[short, long], timeout=60_000)
+        }"""
+    wait_until(page, saved_workspace, [short, long], what="JupyterLab saved a workspace with both job tabs",
+               state="""async () => { const s = window.jupyterapp.serviceManager.serverSettings;
+                   const r = await fetch(s.baseUrl + 'lab/api/workspaces/default', {credentials: 'same-origin'});
+                   return (await r.text()).match(/cleverthis-job:[^"]*/g); }""")
     page.reload()
     page.wait_for_function("() => window.jupyterapp !== undefined", timeout=90_000)
     page.evaluate("() => window.jupyterapp.started.then(() => window.jupyterapp.restored).then(() => true)")
@@ -308,11 +314,12 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
     light_font = plot.locator(".xtick text").first.evaluate("el => getComputedStyle(el).fill")
     try:
         set_theme(page, "JupyterLab Dark")
-        page.wait_for_function(
-            "([el, before]) => { const t = el.querySelector('.xtick text');"
-            " return t && getComputedStyle(t).fill !== before; }",
-            arg=[plot.element_handle(), light_font], timeout=60_000,
-        )
+        wait_until(page, "([el, before]) => { const t = el.querySelector('.xtick text');"
+                   " return t && getComputedStyle(t).fill !== before; }",
+                   [plot.element_handle(), light_font], what="the loss curve's text changed colour with the theme",
+                   state="([el]) => { const t = el.querySelector('.xtick text');"
+                   " return {fill: t && getComputedStyle(t).fill, shown: el.getClientRects().length > 0,"
+                   " font: getComputedStyle(document.body).getPropertyValue('--jp-ui-font-color1')}; }")
         bg = panel.evaluate("el => getComputedStyle(el).backgroundColor")
         assert _luminance(bg) < 0.3, f"panel background {bg} is not dark"
         dark_font = plot.locator(".xtick text").first.evaluate("el => getComputedStyle(el).fill")
@@ -339,8 +346,9 @@ def test_a_5000_step_job_draws_its_whole_curve(page: Page, shots, console_errors
     expect(tab_badge(tab)).to_have_text("succeeded", timeout=60_000)
     expect(tab.locator('.jp-CleverThis-JobDetail-progress tr[data-key="Step"] td')).to_have_text(re.compile("^5,?000$"))
     plot = tab.locator(".jp-CleverThis-LossCurve-plot")
-    page.wait_for_function("el => el.data && el.data[0].x.length > 0 && el.data[0].x.at(-1) === 5000",
-                           arg=plot.element_handle(), timeout=60_000)
+    wait_until(page, "el => el.data && el.data[0].x.length > 0 && el.data[0].x.at(-1) === 5000",
+               plot.element_handle(), what="the curve reaches step 5,000",
+               state="el => el.data && el.data[0].x.slice(-3)")
     xs = plot.evaluate("el => el.data[0].x")
     assert xs[0] == 1 and 1000 <= len(xs) <= 2000 and xs == sorted(xs), (xs[:3], len(xs))
     assert plot.locator(".scatterlayer .trace path.js-line").get_attribute("d").count("L") >= 500  # drawn, not just held
