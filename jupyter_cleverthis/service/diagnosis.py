@@ -7,7 +7,9 @@ The thresholds (README, Troubleshooting), on the training-loss series of the ste
 - spike: the loss had fallen (the lowest of its moving average over max(2, n/10) steps, before the last
   SPIKE_WINDOW points, is under SPIKE_FALL x the first third's mean), then the mean of the last SPIKE_WINDOW
   points is over SPIKE_RISE x that lowest average (and over 0.8 x the start);
-- smooth: the last third's mean is under SMOOTH_DROP x the first third's;
+- smooth: the last third's mean is under SMOOTH_DROP x the first third's, and under the first loss (a loss that
+  jumped far above where it started and came part of the way back down is not decreasing: too high a learning
+  rate does that on a real job);
 - oscillating: no such decrease, and the step-to-step changes' standard deviation is over OSCILLATION x the
   starting loss;
 - flat: none of these.
@@ -58,7 +60,7 @@ def interpret(losses: list[float], total_steps: int | None = None) -> tuple[str,
         return "spiking", advice("spiking")
     diffs = [b - a for a, b in zip(losses, losses[1:], strict=False)]
     wiggle = statistics.pstdev(diffs) if len(diffs) > 1 else 0.0
-    if last < first * SMOOTH_DROP:
+    if last < first * SMOOTH_DROP and last < losses[0]:
         return "smooth", advice("smooth")
     if wiggle / max(abs(first), 1e-9) > OSCILLATION:
         return "oscillating", advice("oscillating")

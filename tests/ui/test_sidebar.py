@@ -214,6 +214,12 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
     assert plot.locator(".scatterlayer .trace path.js-line").get_attribute("d").count("L") >= steps // 2
     # a curve one can read: the main area's width, not the sidebar's
     assert (plot.bounding_box() or {"width": 0})["width"] > 600
+    # the service's reading of the curve, in the page's words, under it
+    hint = detail.locator(".jp-CleverThis-JobDetail-curveHint")
+    expect(hint).to_have_attribute("data-pattern", re.compile("^(smooth|oscillating|spiking|near_zero|flat)$"))
+    expect(hint.locator(".jp-CleverThis-JobDetail-curveAdvice")).to_have_text(re.compile(
+        r"^Loss (decreasing smoothly|oscillating without decrease|decreasing then spiking|near zero very quickly"
+        r"|not decreasing at all): "))
     detail.locator('section[data-section="checkpoints"]').scroll_into_view_if_needed()
     shots("short-job-detail")
 
@@ -224,6 +230,9 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
     long_tab = job_tab(page, long)
     expect(long_tab.locator(".jp-CleverThis-JobDetail-name")).to_have_text(long)
     expect(tab_badge(long_tab)).to_have_text("running", timeout=JOB_DONE_S * 1000)
+    # a slow-throughput hint while it runs: one worker, no data parallelism
+    expect(long_tab.locator('.jp-CleverThis-JobDetail-hint[data-kind="one_worker"]')).to_contain_text(
+        "One worker: the job does not use data parallelism", timeout=60_000)
     shots("long-job-running")
     # The cluster's nodes from the sidebar: the head, its free CPUs, and the long job's worker holding one.
     panel.locator(".jp-CleverThis-nodes-summary").click()

@@ -111,10 +111,8 @@ def main() -> int:
     with step("a fresh venv: pip install '<wheel>[train]' jupyterlab ipykernel nbclient (no node on PATH)"):
         if not a.reuse:
             run([base_python, "-m", "venv", str(venv)])
-            # --no-compile: the same install without byte-compiling every module up front (46 s of 124 s here);
-            # the modules the steps below import are compiled as they are imported
             run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                 "--no-compile", "-c", a.constraints, f"{wheel}[train]", "jupyterlab", "ipykernel", "nbclient"], env=env, cwd=WORK)
+                 "-c", a.constraints, f"{wheel}[train]", "jupyterlab", "ipykernel", "nbclient"], env=env, cwd=WORK)
 
     py = str(venv / "bin" / "python")
     site = run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], env=env).strip()
