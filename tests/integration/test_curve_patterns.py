@@ -11,7 +11,9 @@ from jupyter_cleverthis.service.jobs import JobService
 from jupyter_cleverthis.spec import JobSpec, JobStatus
 from jupyter_cleverthis.text import detail_text
 
-pytestmark = pytest.mark.integration
+# serial: its two jobs run in the serial stage, which runs beside the browser tests with time to spare, instead of
+# in the CPU-bound parallel stage that sets the length of CI
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 #: tag -> (training_config, the patterns the page predicts for it)
 RUNS = {

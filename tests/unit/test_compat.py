@@ -26,7 +26,7 @@ GROUP = textwrap.dedent("""
         bind_store_to_master_addr()  # twice: once is what happens
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=2,
-                            timeout=datetime.timedelta(seconds=60))
+                            timeout=datetime.timedelta(seconds=300))
     t = torch.ones(1)
     dist.all_reduce(t)
     assert t.item() == 2
@@ -97,7 +97,9 @@ def _store_listens_on(patched: bool, tmp_path) -> list[str]:
     procs = [subprocess.Popen([sys.executable, "-c", GROUP, str(rank), str(port), "1" if patched else "0"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
              for rank in (0, 1)]
-    outs = [p.communicate(timeout=120) for p in procs]
+    # generous: two processes importing torch at once took 60-137 s for this test's two calls on a loaded CI
+    # machine (load 16), and 120 s per call ran out once
+    outs = [p.communicate(timeout=400) for p in procs]
     for p, (_out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err[-3000:]
     line = next(ln for ln in outs[0][0].splitlines() if ln.startswith("LISTEN"))
