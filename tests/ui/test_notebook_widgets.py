@@ -22,6 +22,7 @@ from .helpers import (  # noqa: E402
     set_theme,
     unique,
     wait_kernel_idle,
+    wait_until,
 )
 
 pytestmark = pytest.mark.integration
@@ -99,8 +100,9 @@ def test_widgets_create_follow_and_detail(page: Page, shots, console_errors, lab
     curve_cell = run_cell(notebook, 3)
     plot = curve_cell.locator(".js-plotly-plot").first
     expect(plot).to_be_visible(timeout=60_000)
-    page.wait_for_function("el => el.data && el.data[0] && el.data[0].x && el.data[0].x.length > 0",
-                           arg=plot.element_handle(), timeout=JOB_DONE_S * 1000)
+    wait_until(page, "el => el.data && el.data[0] && el.data[0].x && el.data[0].x.length > 0",
+               plot.element_handle(), what="the widget's curve has its first points", timeout_s=JOB_DONE_S,
+               state="el => el.data && el.data[0] && el.data[0].x ? el.data[0].x.length : null")
     first_points = plot_points(plot)
     shots("loss-curve")
 
@@ -134,8 +136,9 @@ def test_widgets_create_follow_and_detail(page: Page, shots, console_errors, lab
         cell = run_cell(notebook, index)
         long_plot = cell.locator(selector).first
         expect(long_plot).to_be_visible(timeout=60_000)
-        page.wait_for_function("el => el.data && el.data[0] && el.data[0].x && el.data[0].x.at(-1) === 5000",
-                               arg=long_plot.element_handle(), timeout=60_000)
+        wait_until(page, "el => el.data && el.data[0] && el.data[0].x && el.data[0].x.at(-1) === 5000",
+                   long_plot.element_handle(), what=f"the curve in {selector} reaches step 5,000",
+                   state="el => el.data && el.data[0] && el.data[0].x ? el.data[0].x.slice(-3) : null")
         xs = long_plot.evaluate("el => Array.from(el.data[0].x)")
         assert xs[0] == 1 and 1000 <= len(xs) <= 2000 and xs == sorted(xs), (selector, xs[:3], len(xs))
         cell.scroll_into_view_if_needed()
