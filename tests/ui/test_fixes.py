@@ -80,6 +80,7 @@ def test_out_of_memory_job_offers_retry_buttons_that_fill_the_form(page: Page, s
     advanced = dialog.locator(".jp-CleverThis-TrainingConfigForm")
     expect(field(advanced, "method").locator("select option:checked")).to_have_text("qlora")
     expect(field(advanced, "quantization").locator("select option:checked")).to_have_text("4bit")
+    field(advanced, "quantization").scroll_into_view_if_needed()
     shots("retry-qlora")
     dialog.locator(".jp-Dialog-footer").get_by_role("button", name="Cancel").click()
     expect(dialog).to_be_hidden()

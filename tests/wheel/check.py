@@ -112,7 +112,8 @@ def main() -> int:
         if not a.reuse:
             run([base_python, "-m", "venv", str(venv)])
             run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                 "-c", a.constraints, f"{wheel}[train]", "jupyterlab", "ipykernel", "nbclient"], env=env, cwd=WORK)
+                 "-c", a.constraints, f"{wheel}[train]", "jupyterlab", "ipykernel", "nbclient"], env=env, cwd=WORK,
+                timeout=1800)  # beside the browser tests: ~150 s alone, several times that under load
 
     py = str(venv / "bin" / "python")
     site = run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], env=env).strip()
