@@ -20,7 +20,7 @@ export CLEVERTHIS_TF_PYTHON ?= $(TF_ENV)/bin/python
 export CLEVERTHIS_STAGES ?= $(CURDIR)/.cache/stages.txt
 STAGE := $(CURDIR)/.ci/stage
 
-.PHONY: test-serial hub-proxy install install-tf demo test test-fast lint test-unit test-js types test-wheel test-pytest test-ui bench clean chromium
+.PHONY: wheel-venv test-wheel-check test-serial hub-proxy install install-tf demo test test-fast lint test-unit test-js types test-wheel test-pytest test-ui bench clean chromium
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -70,8 +70,16 @@ chromium:
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
 
 # The user's install: build the sdist and the wheel, install the wheel into a fresh venv without node, check it.
-test-wheel: install-tf
-	CLEVERTHIS_WHEEL_HOME=$(WHEEL_HOME) $(STAGE) wheel $(PY) tests/wheel/check.py --constraints constraints.txt --tf-env $(TF_ENV)
+# wheel-venv does the build and the install (from a copy of the tree, with the base Python: it needs no .venv);
+# test-wheel-check the rest. `make test` runs wheel-venv beside `install`: two pip installs, one core each.
+wheel-venv:
+	$(PYTHON) tests/wheel/check.py --phase prepare --constraints constraints.txt
+
+test-wheel-check: install-tf
+	CLEVERTHIS_WHEEL_HOME=$(WHEEL_HOME) $(STAGE) wheel $(PY) tests/wheel/check.py --phase check --constraints constraints.txt --tf-env $(TF_ENV)
+
+test-wheel: wheel-venv
+	$(MAKE) --no-print-directory test-wheel-check
 
 # While developing: the unit tests and one real-Ray smoke job (a few minutes).
 test-fast: install
@@ -84,9 +92,13 @@ PYTEST_WORKERS ?= 3
 test-pytest: install-tf
 	$(STAGE) pytest $(PY) -m pytest -q -ra --durations=30 -n $(PYTEST_WORKERS) --dist worksteal -m "not serial" --ignore=tests/ui
 
-# The serial tests and the browser tests run side by side, each with a Ray head of its own (make -j2).
+# The serial tests and the browser tests run side by side, each with a Ray head of its own (make -j2). The serial
+# lane runs at a lower CPU priority (its processes and its Ray head inherit it): beside it at equal priority, two
+# browser clicks waited over 60 s for a starved Chromium renderer (2 cores, load 8-11), while the serial tests only
+# wait for their own jobs and have minutes of slack in that lane.
+SERIAL_NICE ?= nice -n 10
 test-serial: install-tf
-	$(STAGE) pytest-serial $(PY) -m pytest -q -ra --durations=5 -m serial --ignore=tests/ui
+	$(SERIAL_NICE) $(STAGE) pytest-serial $(PY) -m pytest -q -ra --durations=5 -m serial --ignore=tests/ui
 
 # JupyterHub's proxy for the multi-user browser test (tests/ui/test_jupyterhub.py), from npm, outside the checkout.
 CHP := $(CACHE)/chp/node_modules/.bin/configurable-http-proxy
@@ -100,11 +112,12 @@ test-ui: install chromium hub-proxy
 
 test:
 	@mkdir -p $(dir $(CLEVERTHIS_STAGES))
-	$(STAGE) install $(MAKE) --no-print-directory install install-tf chromium hub-proxy
+	@# The wheel's build and fresh venv (single-core pip, like the dev install) use the second core meanwhile.
+	$(STAGE) install $(MAKE) --no-print-directory -j3 -Otarget wheel-venv install-tf chromium hub-proxy
 	$(STAGE) lint+js $(MAKE) --no-print-directory lint test-js
 	@# The wheel check runs alone. Beside the pytest stage (load 11 on 2 cores) its pip took over 900 s instead of
 	@# ~150 s (session 14); beside the browser tests, two of those timed out (session 10).
-	$(MAKE) --no-print-directory test-wheel test-pytest
+	$(MAKE) --no-print-directory test-wheel-check test-pytest
 	$(MAKE) --no-print-directory -j2 -Otarget test-serial test-ui
 
 bench: install

@@ -113,6 +113,17 @@ def job_name(request: pytest.FixtureRequest) -> Iterator[str]:
         _stop_leftover_jobs(name)
 
 
+@pytest.fixture
+def stop_at_end() -> Iterator[list[str]]:
+    """Job names a test starts under names of its own (the browser tests' `unique`): whichever of them still runs
+    at teardown is stopped, so a failed test's 1,000-epoch job does not load the tests after it (seen in CI: the
+    JupyterHub test failed, its job ran on, and the next browser test starved)."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        _stop_leftover_jobs(name)
+
+
 def _stop_leftover_jobs(prefix: str) -> None:
     """A test's jobs end with it: one that failed midway must not leave its jobs running on the shared head, where
     they would starve the tests after it (seen in CI: a pre-flight timed out behind five orphaned jobs)."""

@@ -121,12 +121,14 @@ def _login(browser: Browser, hub: str, user: str, seen: list[str]) -> Page:
     return page
 
 
-def test_two_users_share_the_cluster_and_own_their_jobs(browser, hub, ray_cluster, tiny_model, dataset) -> None:
+def test_two_users_share_the_cluster_and_own_their_jobs(browser, hub, ray_cluster, tiny_model, dataset,
+                                                        stop_at_end) -> None:
     seen: list[str] = []
     alice = _login(browser, hub, "alice", seen)
     try:
         panel_a = open_training_panel(alice)
         name = unique("hub-alice")
+        stop_at_end.append(name)
         create_job(alice, panel_a, {"name": name, "base_model": tiny_model, "dataset_path": dataset, "epochs": 3000,
                                     "batch_size": 4, "workers": 1})
         tab_a = job_tab(alice, name)

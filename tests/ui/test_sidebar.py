@@ -50,7 +50,8 @@ def job_row(panel: Locator, name: str) -> Locator:
     return panel.locator(f'.jp-CleverThis-JobTable-row[data-name="{name}"]')
 
 
-def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_errors, tiny_model, dataset, lab) -> None:
+def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_errors, tiny_model, dataset, lab,
+                                                    stop_at_end) -> None:
     panel = open_training_panel(page)
     expect(panel.locator(".jp-CleverThis-clusterStatus")).to_have_attribute("data-status", "running")
     expect(panel.locator(".jp-CleverThis-clusterSelect option:checked")).to_have_text("local (running)")
@@ -225,6 +226,7 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
 
     # A long job: a second tab beside the first; wait until running, cancel from its tab, see cancelled.
     long = unique("ui-long")  # its own checkpoint folder: the data's checkpoints/ belongs to the short job
+    stop_at_end.append(long)
     create_job(page, panel, {"name": long, "base_model": tiny_model, "dataset_path": dataset, "epochs": 1000,
                              "batch_size": 4, "workers": 1, "output_dir": dataset.parent / "long-checkpoints"})
     long_tab = job_tab(page, long)

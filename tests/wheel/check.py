@@ -10,11 +10,15 @@ Run by `make test-wheel` (part of `make test`). Steps, each timed:
 5. the managed local cluster started from that venv, a tiny Llama LoRA job through `cleverthis-train --wait`
    with the runtime the wheel shipped, then `cleverthis-train setup tensorflow` and a tiny TensorFlow job that finds
    the environment under $CLEVERTHIS_HOME by itself; the cluster is stopped by its pid at the end.
+
+`--phase prepare` does steps 1-2 only (with any Python: it needs no venv of the project's), `--phase check` the
+rest on what prepare left. `make test` runs prepare beside the dev install: both are pip installs on one core each.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -68,52 +72,98 @@ def version() -> str:
     return json.loads((ROOT / "js" / "package.json").read_text())["version"]
 
 
+def source_copy(dst: Path) -> Path:
+    """The tree as git sees it (tracked files and untracked ones not ignored), copied: the build runs its npm steps
+    there, never in the checkout, so it can run while `make install` builds the checkout's own front-end."""
+    files = run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT).split("\0")
+    for rel in filter(None, files):
+        src = ROOT / rel
+        if src.is_file():
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst / rel)
+    return dst
+
+
+def build_python() -> str:
+    """A Python with `build`: this one, or a small venv of its own (the prepare phase runs before .venv exists)."""
+    if importlib.util.find_spec("build") is not None:
+        return sys.executable
+    tools = WORK / "tools"
+    run([sys.executable, "-m", "venv", str(tools)])
+    run([str(tools / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", "build"])
+    return str(tools / "bin" / "python")
+
+
+def user_env(venv: Path) -> dict[str, str]:
+    """The environment of a user of the wheel's venv: no other venv, no configured TF python, no node on PATH."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "CLEVERTHIS_TF_PYTHON"))}
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{path_without_node(WORK / 'bin')}"
+    assert shutil.which("node", path=env["PATH"]) is None and shutil.which("npm", path=env["PATH"]) is None
+    return env
+
+
+def prepare(constraints: str) -> None:
+    """Steps 1-2: the sdist and the wheel, then a fresh venv with the wheel and its `train` extra."""
+    dist, venv = WORK / "dist", WORK / "venv"
+    shutil.rmtree(WORK, ignore_errors=True)
+    with step("build the sdist and the wheel (python -m build, from a copy of the tree)"):
+        src = source_copy(WORK / "src")
+        run([build_python(), "-m", "build", "--outdir", str(dist), str(src)])
+    wheel = next(dist.glob("*.whl"))
+    base_python = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    env = user_env(venv)
+    with step("a fresh venv: pip install '<wheel>[train]' jupyterlab ipykernel nbclient (no node on PATH)"):
+        run([base_python, "-m", "venv", str(venv)])
+        run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+             "-c", constraints, f"{wheel}[train]", "jupyterlab", "ipykernel", "nbclient"], env=env, cwd=WORK,
+            timeout=1800)  # ~130 s alone; beside the dev venv's own install (one core each) about the same
+    (WORK / "prepared").write_text(wheel.name)
+
+
+def check_artifacts(dist: Path) -> Path:
+    """The wheel and the sdist carry the version, the front-end, the server config and the runtime."""
+    wheel = next(dist.glob("*.whl"))
+    sdist = next(dist.glob("*.tar.gz"))
+    assert wheel.name.startswith(f"jupyter_cleverthis-{version()}-"), wheel.name
+    assert sdist.name == f"jupyter_cleverthis-{version()}.tar.gz", sdist.name
+    names = run([sys.executable, "-m", "zipfile", "-l", str(wheel)])
+    for must in ("share/jupyter/labextensions/jupyter-cleverthis/package.json",
+                 "share/jupyter/labextensions/jupyter-cleverthis/install.json",
+                 "etc/jupyter/jupyter_server_config.d/jupyter_cleverthis.json",
+                 "jupyter_cleverthis/widgets/static/widget.js", "jupyter_cleverthis/requirements-tf.txt",
+                 "cleverthis_runtime/__main__.py", "cleverthis_runtime/_version.py"):
+        assert must in names, f"the wheel lacks {must}"
+    meta = run([sys.executable, "-c", "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); "
+                "print(next(z.read(n).decode() for n in z.namelist() if n.endswith('.dist-info/METADATA')))",
+                str(wheel)])
+    assert "Classifier: Framework :: Jupyter :: JupyterLab :: Extensions :: Prebuilt" in meta
+    assert f"Version: {version()}" in meta
+    assert not re.search(r"Requires-Dist: torch==", meta), "exact pins belong in constraints.txt"
+    return wheel
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--constraints", default=str(ROOT / "constraints.txt"))
     ap.add_argument("--tf-env", default=None, help="the TensorFlow environment `make install-tf` built")
     ap.add_argument("--keep", action="store_true", help="keep the venv and the built files")
-    ap.add_argument("--reuse", action="store_true", help="reuse a venv kept by --keep (while developing this check)")
+    ap.add_argument("--phase", choices=("all", "prepare", "check"), default="all",
+                    help="prepare: build and install only (make test runs it beside the dev install); "
+                         "check: the rest, on what prepare left")
     a = ap.parse_args()
     a.constraints = os.path.abspath(a.constraints)
     t0 = time.time()
+    if a.phase in ("all", "prepare"):
+        prepare(a.constraints)
+        if a.phase == "prepare":
+            print(f"wheel prepared in {time.time() - t0:.0f} s")
+            return 0
+    if not (WORK / "prepared").is_file():
+        raise SystemExit("no prepared wheel venv: run `tests/wheel/check.py --phase prepare` first")
     dist, venv = WORK / "dist", WORK / "venv"
-    if not a.reuse:
-        shutil.rmtree(WORK, ignore_errors=True)
     shutil.rmtree(WORK / "runtime-only", ignore_errors=True)
-
-    with step("build the sdist and the wheel (python -m build)"):
-        if not a.reuse:
-            run([sys.executable, "-m", "build", "--outdir", str(dist), str(ROOT)])
-        wheel = next(dist.glob("*.whl"))
-        sdist = next(dist.glob("*.tar.gz"))
-        assert wheel.name.startswith(f"jupyter_cleverthis-{version()}-"), wheel.name
-        assert sdist.name == f"jupyter_cleverthis-{version()}.tar.gz", sdist.name
-        names = run([sys.executable, "-m", "zipfile", "-l", str(wheel)])
-        for must in ("share/jupyter/labextensions/jupyter-cleverthis/package.json",
-                     "share/jupyter/labextensions/jupyter-cleverthis/install.json",
-                     "etc/jupyter/jupyter_server_config.d/jupyter_cleverthis.json",
-                     "jupyter_cleverthis/widgets/static/widget.js", "jupyter_cleverthis/requirements-tf.txt",
-                     "cleverthis_runtime/__main__.py", "cleverthis_runtime/_version.py"):
-            assert must in names, f"the wheel lacks {must}"
-        meta = run([sys.executable, "-c", "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); "
-                    "print(next(z.read(n).decode() for n in z.namelist() if n.endswith('.dist-info/METADATA')))",
-                    str(wheel)])
-        assert "Classifier: Framework :: Jupyter :: JupyterLab :: Extensions :: Prebuilt" in meta
-        assert f"Version: {version()}" in meta
-        assert not re.search(r"Requires-Dist: torch==", meta), "exact pins belong in constraints.txt"
-
-    base_python = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "CLEVERTHIS_TF_PYTHON"))}
-    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{path_without_node(WORK / 'bin')}"
-    assert shutil.which("node", path=env["PATH"]) is None and shutil.which("npm", path=env["PATH"]) is None
-
-    with step("a fresh venv: pip install '<wheel>[train]' jupyterlab ipykernel nbclient (no node on PATH)"):
-        if not a.reuse:
-            run([base_python, "-m", "venv", str(venv)])
-            run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                 "-c", a.constraints, f"{wheel}[train]", "jupyterlab", "ipykernel", "nbclient"], env=env, cwd=WORK,
-                timeout=1800)  # beside the browser tests: ~150 s alone, several times that under load
+    wheel = check_artifacts(dist)
+    env = user_env(venv)
 
     py = str(venv / "bin" / "python")
     site = run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], env=env).strip()
@@ -188,7 +238,7 @@ def main() -> int:
         print(run([cli, "cluster", "down"], env=env, cwd=WORK, check=False).strip())
     if not a.keep:
         shutil.rmtree(venv, ignore_errors=True)
-    print(f"wheel check passed in {time.time() - t0:.0f} s: {wheel.name}, {sdist.name}")
+    print(f"wheel check passed in {time.time() - t0:.0f} s: {wheel.name}")
     return 0
 
 
