@@ -96,7 +96,7 @@ test-pytest: install-tf
 # lane runs at a lower CPU priority (its processes and its Ray head inherit it): beside it at equal priority, two
 # browser clicks waited over 60 s for a starved Chromium renderer (2 cores, load 8-11), while the serial tests only
 # wait for their own jobs and have minutes of slack in that lane.
-SERIAL_NICE ?= nice -n 10
+SERIAL_NICE ?= nice -n 5
 test-serial: install-tf
 	$(SERIAL_NICE) $(STAGE) pytest-serial $(PY) -m pytest -q -ra --durations=5 -m serial --ignore=tests/ui
 
