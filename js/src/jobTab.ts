@@ -25,6 +25,8 @@ import {
 
 /** Characters of log a tab keeps (the log view shows the last 200,000). */
 const MAX_LOG_CHARS = 400_000;
+/** How long log lines from the tail gather before the page shows them (at most 4 layouts a second). */
+const LOG_FLUSH_MS = 250;
 
 /** Options of {@link JobTab}. */
 export interface IJobTabOptions {
@@ -182,6 +184,8 @@ export class JobTab extends Widget {
       }
       if (!this._tail) {
         this.detail.setLogs(await this.transport.getLogs(this.cluster, this.name).catch(() => ''));
+      } else {
+        this._flushLog();
       }
       // ended, and this round (read after it ended) brought nothing new: nothing more will come
       this._ended = !isActive(job.status) && !more;
@@ -197,24 +201,38 @@ export class JobTab extends Widget {
     if (this._tail || !this.transport.tailLogs) {
       return;
     }
-    let text = '';
+    this._tailText = '';
     this._tail = this.transport.tailLogs(this.cluster, this.name, {
       onText: chunk => {
-        text += chunk;
-        if (text.length > MAX_LOG_CHARS * 2) {
-          text = text.slice(text.length - MAX_LOG_CHARS); // the view shows the end; keep memory bounded
+        this._tailText += chunk;
+        if (this._tailText.length > MAX_LOG_CHARS * 2) {
+          // the view shows the end; keep memory bounded
+          this._tailText = this._tailText.slice(this._tailText.length - MAX_LOG_CHARS);
         }
-        this.detail.setLogs(text);
+        // a training job prints a line per step: the page takes them LOG_FLUSH_MS at a time, not each one
+        this._logFlush ??= setTimeout(() => this._flushLog(), LOG_FLUSH_MS);
       },
       onClose: () => {
-        if (!text) {
+        if (!this._tailText) {
           this._tail = null; // no tail here: the refresh fetches the log instead
         }
       }
     });
   }
 
+  /** Show what the tail brought since the last flush. */
+  private _flushLog(): void {
+    if (this._logFlush !== null) {
+      clearTimeout(this._logFlush);
+      this._logFlush = null;
+    }
+    if (this._tail && !this.isDisposed) {
+      this.detail.setLogs(this._tailText);
+    }
+  }
+
   private _closeTail(): void {
+    this._flushLog();
     this._tail?.close();
     this._tail = null;
   }
@@ -235,5 +253,7 @@ export class JobTab extends Widget {
   private _eventsNext = 0;
   private _ended = false;
   private _tail: { close(): void } | null = null;
+  private _tailText = '';
+  private _logFlush: ReturnType<typeof setTimeout> | null = null;
   private readonly _curve: CurveFollower | null;
 }

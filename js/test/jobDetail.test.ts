@@ -1,6 +1,6 @@
 import { describe, expect, it, vi } from 'vitest';
 
-import { IPlotly, JobDetailView } from '../src/shared';
+import { IPlotly, JobDetailView, LogView } from '../src/shared';
 import { makeCheckpoint, makeDetail, makePlan, makeQueuedReason, makeServing, makeTracking } from './fixtures';
 
 function fakePlotly(): IPlotly & { react: ReturnType<typeof vi.fn> } {
@@ -270,6 +270,25 @@ describe('JobDetailView', () => {
     view.setLogs('line 1\nline 2');
     expect(view.node.querySelector('.jp-CleverThis-LogView-text')!.textContent).toBe('line 1\nline 2');
     expect(view.logView!.text).toBe('line 1\nline 2');
+  });
+
+  it('adds only the new lines of a growing log to the page, and cuts a long one back to its end', () => {
+    const logs = new LogView({ maxChars: 100 });
+    const pre = logs.node.querySelector('.jp-CleverThis-LogView-text')!;
+    logs.setText('line 1\n');
+    const first = pre.firstChild;
+    logs.setText('line 1\nline 2\n');
+    expect(pre.firstChild).toBe(first); // kept, not set again
+    expect(pre.childNodes.length).toBe(2);
+    expect(pre.textContent).toBe('line 1\nline 2\n');
+    expect(logs.text).toBe('line 1\nline 2\n');
+    const long = Array.from({ length: 30 }, (_, i) => `line ${i + 1}`).join('\n') + '\n';
+    logs.setText(long); // past 1.5 x maxChars: the end only, with the note
+    expect(logs.text.length).toBeLessThanOrEqual(100);
+    expect(long.endsWith(logs.text)).toBe(true);
+    expect(pre.textContent!.startsWith('\u2026 (earlier output truncated)\n')).toBe(true);
+    logs.setText('another log\n'); // not a continuation: replaced
+    expect(pre.textContent).toBe('another log\n');
   });
 });
 

@@ -6,7 +6,10 @@ the job list skips it), and it is deleted once its answer is read.
 
 from __future__ import annotations
 
+import os
 import shlex
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -50,6 +53,30 @@ def run_helper_job(client: Any, *, kind: str, entrypoint: str, runtime_env: dict
     found = [e for e in _events(text) if e["type"] == answer]
     if not found:
         raise ClusterError(f"{what} failed on the cluster: {short_message(text) or status}")
+    return {k: v for k, v in found[-1].items() if k not in ("src", "seq", "t", "type")}
+
+
+def run_helper_here(*, entrypoint: str, runtime_env: dict[str, Any], answer: str, timeout: float,
+                    what: str) -> dict[str, Any]:
+    """Run a helper as a plain process of this machine, with the job's env_vars, and return its `answer` event.
+
+    For the managed local cluster, whose head (loopback only) is this machine and runs this Python: a Ray job
+    would add a JobSupervisor actor, a driver started by it and a runtime_env upload (about 4 CPU-seconds and
+    3 s of latency on 2 cores) to a check that reads a folder and a config. Not for a job with its own Python
+    (`py_executable`, the TensorFlow environment): that one goes through Ray (`run_helper_job`)."""
+    if runtime_env.get("py_executable"):
+        raise ValueError("a helper with its own Python runs as a Ray job (run_helper_job)")
+    argv = shlex.split(entrypoint)
+    assert argv[:2] == ["python", "-m"], entrypoint
+    env = {**os.environ, **runtime_env.get("env_vars", {})}
+    try:
+        p = subprocess.run([sys.executable, *argv[1:]], env=env, capture_output=True, text=True, timeout=timeout,
+                           stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as e:
+        raise ClusterError(f"{what} did not finish within {timeout:.0f}s") from e
+    found = [e for e in _events(p.stdout) if e["type"] == answer]
+    if not found:
+        raise ClusterError(f"{what} failed: {short_message(p.stderr or p.stdout) or f'exit status {p.returncode}'}")
     return {k: v for k, v in found[-1].items() if k not in ("src", "seq", "t", "type")}
 
 

@@ -34,7 +34,7 @@ from .detail import (
     why_queued,
 )
 from .exports import export_checkpoint
-from .helper_jobs import Progress, download_entrypoint, preflight_entrypoint, run_helper_job
+from .helper_jobs import Progress, download_entrypoint, preflight_entrypoint, run_helper_here, run_helper_job
 from .models import ExportResult, JobDetail, JobSummary
 from .placement import cluster_nodes
 from .probes import ray_version
@@ -121,7 +121,7 @@ class JobService:
             tfenv.check_ray_version(py, ray_version(cfg))
         env = self._runtime_env(spec)  # one for the pre-flight and the job: the pre-flight sees what the job will
         if check:
-            pf = self._preflight(spec, env, quick=True)
+            pf = self._quick_check(cfg, spec, env)
             if pf["errors"]:
                 first = pf["errors"][0]
                 raise InvalidSpec(f"{first['field']}: {first['message']}", details={"errors": pf["errors"]})
@@ -146,6 +146,15 @@ class JobService:
     def preflight(self, spec: JobSpec, *, quick: bool = False, timeout: float = PREFLIGHT_TIMEOUT) -> dict[str, Any]:
         """Run the runtime's pre-flight on the cluster (a short Ray job on the head node) and return its answer."""
         return self._preflight(spec, self._runtime_env(spec), quick=quick, timeout=timeout)
+
+    def _quick_check(self, cfg: ClusterConfig, spec: JobSpec, env: dict[str, Any]) -> dict[str, Any]:
+        """Create's feasibility check (the quick pre-flight). On the managed local cluster, whose nodes are all on
+        this machine (its head listens on loopback only), it runs as a process here (`run_helper_here`); elsewhere,
+        and for a job with a Python of its own, as a helper job on the cluster."""
+        if cfg.managed and not env.get("py_executable"):
+            return run_helper_here(entrypoint=preflight_entrypoint(True), runtime_env=env, answer="preflight",
+                                   timeout=PREFLIGHT_TIMEOUT, what="the pre-flight check")
+        return self._preflight(spec, env, quick=True)
 
     def _preflight(self, spec: JobSpec, env: dict[str, Any], *, quick: bool, timeout: float = PREFLIGHT_TIMEOUT) -> dict[str, Any]:
         self.ensure_running(spec.cluster)

@@ -1,6 +1,8 @@
 """What one `JobService.create` costs, against an in-memory Ray client that runs the pre-flight helper job in
 process: the dataset is loaded once (by the pre-flight), the runtime_env is built once, and the answer is built
-from the submission (no re-read of Ray's record, the job's log or the cluster's resources)."""
+from the submission (no re-read of Ray's record, the job's log or the cluster's resources). On the managed local
+cluster the pre-flight runs as a process of this machine (`run_helper_here`, run in process here too); on any
+other cluster as a helper job."""
 
 from __future__ import annotations
 
@@ -15,11 +17,23 @@ import pytest
 
 import cleverthis_runtime.data as data
 import cleverthis_runtime.preflight as runtime_preflight
-from jupyter_cleverthis.errors import InvalidSpec
+from cleverthis_runtime.events import parse_events
+from jupyter_cleverthis.errors import ClusterError, InvalidSpec
 from jupyter_cleverthis.service import jobs as jobs_module
+from jupyter_cleverthis.service.helper_jobs import preflight_entrypoint, run_helper_here
 from jupyter_cleverthis.service.jobs import MARK, JobService
+from jupyter_cleverthis.service.runtime_env import job_runtime_env
 from jupyter_cleverthis.service.store import EventStore
 from jupyter_cleverthis.spec import JobStatus
+
+
+def run_preflight(entrypoint: str, runtime_env: dict) -> str:
+    """The pre-flight's entrypoint run in this process; its printed events."""
+    os.environ["CLEVERTHIS_SPEC"] = runtime_env["env_vars"]["CLEVERTHIS_SPEC"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        runtime_preflight.main(entrypoint.split()[3:])
+    return out.getvalue()
 
 
 class InProcessRay:
@@ -39,11 +53,7 @@ class InProcessRay:
         logs, status = "", "PENDING"
         if "cleverthis_runtime.preflight" in entrypoint:
             self.calls["preflight jobs"] += 1
-            os.environ["CLEVERTHIS_SPEC"] = runtime_env["env_vars"]["CLEVERTHIS_SPEC"]
-            out = io.StringIO()
-            with contextlib.redirect_stdout(out):
-                runtime_preflight.main(entrypoint.split()[3:])
-            logs, status = out.getvalue(), "SUCCEEDED"
+            logs, status = run_preflight(entrypoint, runtime_env), "SUCCEEDED"
         else:
             self.calls["training jobs"] += 1
         info = SimpleNamespace(status=status, metadata=metadata, runtime_env=runtime_env, start_time=1, end_time=None,
@@ -86,6 +96,14 @@ def counted(monkeypatch, tmp_path):
     counting(JobService, "_runtime_env", "runtime_env builds")
     monkeypatch.setattr(jobs_module, "cluster_nodes", lambda cfg: calls.update(["cluster resources"]) or [])
     ray = InProcessRay(calls)
+
+    def here(*, entrypoint, runtime_env, answer, timeout, what):  # helper_jobs.run_helper_here, in this process
+        calls["preflight here"] += 1
+        assert entrypoint.endswith("--quick") and answer == "preflight" and "py_executable" not in runtime_env
+        found = [e for e in parse_events(run_preflight(entrypoint, runtime_env).splitlines()) if e["type"] == answer]
+        return {k: v for k, v in found[-1].items() if k not in ("src", "seq", "t", "type")}
+
+    monkeypatch.setattr(jobs_module, "run_helper_here", here)
     svc = JobService(store=EventStore())
     monkeypatch.setattr(svc, "client", lambda cluster: ray)
     monkeypatch.setattr(svc, "ensure_running", lambda cluster: svc.cluster(cluster))
@@ -102,7 +120,8 @@ def test_create_loads_the_dataset_once_and_answers_from_the_submission(counted):
                          "workers": 1, "training_config": {"method": "full"}})
     d = svc.create(spec, owner="alice")
 
-    assert calls["preflight jobs"] == 1 and calls["training jobs"] == 1
+    assert svc.cluster("local").managed  # its nodes are this machine: the pre-flight runs here, not as a Ray job
+    assert calls["preflight here"] == 1 and calls["preflight jobs"] == 0 and calls["training jobs"] == 1
     assert calls["dataset loads"] == 1, calls  # the pre-flight's; the answer does not re-check anything
     assert calls["runtime_env builds"] == 1, calls  # one runtime_env for the pre-flight and the job
     assert calls["get_job_info"] == 1, calls  # the name check; nothing re-read after submitting
@@ -129,3 +148,37 @@ def test_create_refuses_what_the_preflight_refuses_without_submitting(counted):
     with pytest.raises(InvalidSpec, match="dataset_path"):
         svc.create(spec)
     assert calls["training jobs"] == 0 and "counted-2" not in ray.jobs
+
+
+def test_on_a_cluster_that_is_not_managed_the_preflight_is_a_helper_job(counted, monkeypatch):
+    """A configured cluster's nodes may be other machines: create's pre-flight runs there, as a Ray job."""
+    import dataclasses
+
+    svc, ray, calls, folder = counted
+    remote = dataclasses.replace(svc.cluster("local"), name="remote", address="http://127.0.0.1:1", managed=False)
+    monkeypatch.setattr(svc, "cluster", lambda name: remote)
+    monkeypatch.setattr(svc, "ensure_running", lambda name: remote)
+    spec = svc.validate({"name": "counted-3", "cluster": "remote", "dataset_path": str(folder), "base_model": "gpt2",
+                         "epochs": 1, "workers": 1, "training_config": {"method": "full"}})
+    svc.create(spec)
+    assert calls["preflight jobs"] == 1 and calls["preflight here"] == 0 and calls["training jobs"] == 1
+    assert calls["dataset loads"] == 1, calls
+    with pytest.raises(InvalidSpec, match="dataset_path"):
+        svc.create(svc.validate({**spec.model_dump(mode="json"), "name": "counted-4",
+                                 "dataset_path": str(folder / "missing")}))
+    assert "counted-4" not in ray.jobs
+
+
+def test_the_preflight_as_a_process_of_this_machine(tmp_path):
+    """run_helper_here for real: a child process with the job's env_vars answers like the helper job would; a
+    process that prints no answer is an error in words."""
+    from jupyter_cleverthis.spec import JobSpec
+
+    spec = JobSpec(name="here-1", dataset_path=str(tmp_path / "nothing"), base_model="gpt2", workers=1)
+    answer = run_helper_here(entrypoint=preflight_entrypoint(True), runtime_env=job_runtime_env(spec),
+                             answer="preflight", timeout=120, what="the pre-flight check")
+    assert [e["field"] for e in answer["errors"]] == ["dataset_path"], answer
+    assert "does not exist on the cluster's head node" in answer["errors"][0]["message"]
+    with pytest.raises(ClusterError, match="^the pre-flight check failed: .*No module named"):
+        run_helper_here(entrypoint="python -m cleverthis_runtime.no_such_module", runtime_env={"env_vars": {}},
+                        answer="preflight", timeout=120, what="the pre-flight check")

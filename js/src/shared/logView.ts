@@ -29,9 +29,32 @@ export class LogView {
     return this._text;
   }
 
-  /** Replace the log text. */
+  /**
+   * Replace the log text. A followed log mostly grows at its end: then only the new part is added to the page
+   * (setting the whole ~200 KB again at each line made the browser lay all of it out again, many times a second,
+   * and a loaded machine's renderer fell minutes behind). The shown text may grow to 1.5 times `maxChars` before
+   * it is cut back to the last `maxChars`.
+   */
   setText(text: string): void {
-    let shown = text ?? '';
+    const full = text ?? '';
+    const added = full.length - this._source.length;
+    if (
+      this._text &&
+      added > 0 &&
+      this._text.length + added <= this._maxChars * 1.5 &&
+      full.startsWith(this._source)
+    ) {
+      const follow = this._following();
+      const delta = full.slice(this._source.length);
+      this._source = full;
+      this._text += delta;
+      this._pre.append(delta);
+      if (follow) {
+        this._pre.scrollTop = this._pre.scrollHeight;
+      }
+      return;
+    }
+    let shown = full;
     let truncated = false;
     if (shown.length > this._maxChars) {
       shown = shown.slice(shown.length - this._maxChars);
@@ -41,11 +64,11 @@ export class LogView {
       }
       truncated = true;
     }
+    this._source = full;
     if (shown === this._text && truncated === this._truncated) {
       return;
     }
-    const follow =
-      this._pre.scrollHeight - this._pre.scrollTop - this._pre.clientHeight < 24 || !this._text;
+    const follow = this._following() || !this._text;
     this._text = shown;
     this._truncated = truncated;
     this._pre.classList.toggle('jp-mod-empty', !shown);
@@ -57,11 +80,18 @@ export class LogView {
     }
   }
 
+  /** Whether the view shows the end of the log (the user has not scrolled up). */
+  private _following(): boolean {
+    return this._pre.scrollHeight - this._pre.scrollTop - this._pre.clientHeight < 24;
+  }
+
   dispose(): void {
     this.node.remove();
   }
 
   private _text = '';
+  /** The whole text last given to setText (the shown text is its end). */
+  private _source = '';
   private _truncated = false;
   private readonly _pre: HTMLPreElement;
   private readonly _maxChars: number;
