@@ -76,6 +76,16 @@ class Lab:
             if e.code != 404:  # none saved yet
                 raise
 
+    def reset_theme(self) -> None:
+        """Back to JupyterLab's default (light) theme: a test that switched to the dark one changed the user's
+        settings on the server, and the next test's page would open dark (the sidebar test's theme check then
+        saw no change and failed)."""
+        req = urllib.request.Request(f"{self.url}lab/api/settings/@jupyterlab/apputils-extension:themes",
+                                     method="PUT", data=json.dumps({"raw": "{}"}).encode(),
+                                     headers={"Authorization": f"token {self.token}",
+                                              "Content-Type": "application/json"})
+        urllib.request.urlopen(req, timeout=30).close()
+
 
 @pytest.fixture(autouse=True)
 def jp_asyncio_loop() -> None:
@@ -212,6 +222,7 @@ def open_lab_page(browser: Browser, lab: Lab, request: pytest.FixtureRequest) ->
     request.node.ui_errors = errors
     try:
         lab.reset_workspace()  # the tabs an earlier test left open (a notebook, its widgets) stay shut
+        lab.reset_theme()  # and the theme it chose is not this test's
         pg.goto(lab.lab_url("lab"))
         pg.wait_for_function("() => window.jupyterapp !== undefined", timeout=90_000)
         pg.evaluate("() => window.jupyterapp.started.then(() => window.jupyterapp.restored).then(() => true)")
