@@ -227,6 +227,14 @@ def open_lab_page(browser: Browser, lab: Lab, request: pytest.FixtureRequest) ->
         pg.wait_for_function("() => window.jupyterapp !== undefined", timeout=90_000)
         pg.evaluate("() => window.jupyterapp.started.then(() => window.jupyterapp.restored).then(() => true)")
         pg.wait_for_selector("#jupyterlab-splash", state="detached", timeout=90_000)
+        # An empty workspace gets a Launcher once JupyterLab has restored, and the Launcher takes the focus: seen
+        # taking it from the sidebar test's first keyboard steps on a loaded machine. Let it come first.
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+        try:
+            pg.wait_for_selector(".jp-Launcher", state="visible", timeout=20_000)
+        except PlaywrightTimeout:
+            print("no Launcher opened within 20 s")  # the test goes on; its own waits say what is missing
         yield pg
     finally:
         report = getattr(request.node, "rep_call", None)
