@@ -60,9 +60,9 @@ def run_helper_here(*, entrypoint: str, runtime_env: dict[str, Any], answer: str
                     what: str) -> dict[str, Any]:
     """Run a helper as a plain process of this machine, with the job's env_vars, and return its `answer` event.
 
-    For the managed local cluster, whose head (loopback only) is this machine and runs this Python: a Ray job
-    would add a JobSupervisor actor, a driver started by it and a runtime_env upload (about 4 CPU-seconds and
-    3 s of latency on 2 cores) to a check that reads a folder and a config. Not for a job with its own Python
+    For the managed local cluster, whose head (loopback only) is this machine: a Ray job would add a
+    JobSupervisor actor and a driver started by it (measured on 2 cores: 5.3 s and 5.9 CPU-seconds as a helper
+    job, 3.6 s and 4.0 here; README, "Pre-flight"). Not for a job with its own Python
     (`py_executable`, the TensorFlow environment): that one goes through Ray (`run_helper_job`)."""
     if runtime_env.get("py_executable"):
         raise ValueError("a helper with its own Python runs as a Ray job (run_helper_job)")
