@@ -333,7 +333,8 @@ class EventsAndCheckpoints(TrainerCallback):
                 merged.save_pretrained(tmp, safe_serialization=True)
                 del merged
             elif getattr(self, "full_state", None) is not None:  # sharded weights, gathered for rank 0
-                model.save_pretrained(tmp, safe_serialization=True, state_dict=self.full_state)
+                with strategies.saving_gathered(model):
+                    model.save_pretrained(tmp, safe_serialization=True, state_dict=self.full_state)
             else:
                 model.save_pretrained(tmp, safe_serialization=True)
             tokenizer.save_pretrained(tmp)

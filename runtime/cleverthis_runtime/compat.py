@@ -19,6 +19,14 @@ it was read in, and tests/unit/test_compat.py fails loudly when a patched name c
   model in DDP; a model whose parameters are DTensors (`fully_shard`) must not be, so `prepare_model` is
   replaced on the Trainer's accelerator and records the model in `Accelerator._models` as the original does.
   Read in accelerate 1.15.
+- **Tensor parallelism on CPU** (`allow_cpu_tensor_parallel`). The Trainer hands a model loaded with
+  `DistributedConfig(tp_size=N)` to accelerate as a `ParallelismConfig`, and accelerate's
+  `ParallelismConfig._validate_accelerator` refuses it unless the run is multi-GPU, FSDP2 or DeepSpeed: "ParallelismConfig
+  is only compatible DistributedType.FSDP (version 2) or DistributedType.Multi{Device} or DistributedType.DEEPSPEED,
+  but got DistributedType.MULTI_CPU." The rest of accelerate's tensor-parallel path (the mesh, one data shard per
+  tensor-parallel group, no DDP wrap) runs on CPU over gloo: with the check passed, a 2-worker TP run's per-step
+  losses equal the DDP run's (tests/integration/test_parallelism.py). The check is run as for a multi-device run.
+  Read in accelerate 1.16.
 - **ZeRO-3's full weights** (`zero3_full_state`): DeepSpeed's engine gathers them for a save with
   `_zero3_consolidated_16bit_state_dict()` (what transformers' own ZeRO-3 save calls). Read in DeepSpeed 0.18.
 """
@@ -37,6 +45,7 @@ PATCHED = (
     ("transformers.trainer", "Trainer._load_from_checkpoint"),
     ("transformers.trainer", "Trainer._load_rng_state"),
     ("accelerate.accelerator", "Accelerator.prepare_model"),
+    ("accelerate.parallelism_config", "ParallelismConfig._validate_accelerator"),
     ("deepspeed.runtime.engine", "DeepSpeedEngine._zero3_consolidated_16bit_state_dict"),
 )
 
@@ -150,3 +159,33 @@ def zero3_full_state(engine: Any) -> dict[str, Any] | None:
     """Collective under ZeRO-3: the full 16-bit weights, on CPU, on rank 0 (None elsewhere)."""
     state = engine._zero3_consolidated_16bit_state_dict()
     return {k: v.detach().cpu() for k, v in state.items()} if state else None
+
+
+class _AsMultiDevice:
+    """An accelerator seen as multi-device (for the one check that refuses tensor parallelism on CPU)."""
+
+    multi_device = True
+
+    def __init__(self, accelerator: Any) -> None:
+        self._accelerator = accelerator
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._accelerator, name)
+
+
+def allow_cpu_tensor_parallel() -> None:
+    """accelerate's ParallelismConfig accepts a multi-process CPU run (idempotent; see the module's notes)."""
+    from accelerate.parallelism_config import ParallelismConfig
+    from accelerate.utils import DistributedType
+
+    original = ParallelismConfig._validate_accelerator
+    if getattr(original, "_cleverthis", False):
+        return
+
+    def validate(self: Any, accelerator: Any) -> Any:
+        if accelerator.distributed_type == DistributedType.MULTI_CPU:
+            return original(self, _AsMultiDevice(accelerator))
+        return original(self, accelerator)
+
+    validate._cleverthis = True  # type: ignore[attr-defined]
+    ParallelismConfig._validate_accelerator = validate

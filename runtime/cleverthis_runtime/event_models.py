@@ -150,6 +150,7 @@ class PlanEvent(Event):
     parameters: float | None = None
     chat_template: str | None = None
     lora_target_modules: str | list[str] | None = None
+    parallelism: dict[str, Any] | None = None  # tensor parallelism: mesh, groups, split modules (parallel.layout)
 
 
 class WarningEvent(Event):
@@ -213,6 +214,7 @@ class StrategyEvent(Event):
     fsdp2_sharded: bool | None = None
     deepspeed: bool | None = None
     zero_stage: int | None = None
+    tensor_parallel: dict[str, Any] | None = None  # the mesh transformers built, what it split
     # the speed the plan expects (monitoring.expected_speed): measured matmul FLOP/s per worker, model FLOPs/token
     device_flops: float | None = None
     flops_per_token: float | None = None

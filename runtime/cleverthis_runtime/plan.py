@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from . import parallel
 from .spec import TrainingConfig, parallelism_error
 
 GB = 1e9
@@ -36,6 +37,8 @@ class Plan:
     gradient_checkpointing: bool
     memory_estimate_gb: dict[str, float]
     reasons: dict[str, str] = field(default_factory=dict)
+    #: tensor parallelism's mesh and groups (parallel.layout), None without it
+    parallelism: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,6 +76,10 @@ def make_plan(*, params: float, devices: list[Device], workers: int, config: Tra
     if config.method is not None:
         method = config.method
         reasons["method"] = f"{method}: set in training_config.json"
+    elif config.tensor_parallel_size > 1:
+        method = "full"
+        reasons["method"] = ("full: tensor parallelism splits the full weights over the workers "
+                             "(LoRA adapters are not split by the tensor-parallel plan)")
     elif est["full"] <= mem_gb:
         method = "full"
         reasons["method"] = f"full: ~{est['full']:.1f} GB fits the {mem_gb:.1f} GB per device"
@@ -103,7 +110,17 @@ def make_plan(*, params: float, devices: list[Device], workers: int, config: Tra
             else "off: enough memory for activations"
         )
 
-    if config.deepspeed is not None:
+    strategy = _strategy(config, workers, est[method], mem_gb, reasons)
+    layout = parallel.layout(config, workers, None) if config.tensor_parallel_size > 1 else None
+    return Plan(method, precision, strategy, gc, est, reasons, layout)
+
+
+def _strategy(config: TrainingConfig, workers: int, need_gb: float, mem_gb: float, reasons: dict[str, str]) -> str:
+    """The distributed strategy, its reason into `reasons`."""
+    if config.tensor_parallel_size > 1:
+        strategy = "tensor-parallel"
+        reasons["strategy"] = parallel.reason(config, workers)
+    elif config.deepspeed is not None:
         strategy = f"deepspeed-zero{config.deepspeed.zero_stage}"
         ds = config.deepspeed
         offload = [w for w, on in (("optimizer states", ds.offload_optimizer), ("parameters", ds.offload_param)) if on]
@@ -113,12 +130,12 @@ def make_plan(*, params: float, devices: list[Device], workers: int, config: Tra
         strategy = config.strategy
         reasons["strategy"] = (f"{'FSDP (FSDP2 fully_shard: parameters, gradients and optimizer states sharded)' if strategy == 'fsdp' else 'DDP'}"
                                ": set in training_config.json")
-    elif est[method] > mem_gb and workers > 1:
+    elif need_gb > mem_gb and workers > 1:
         strategy = "fsdp"
-        reasons["strategy"] = f"FSDP: ~{est[method]:.1f} GB does not fit one {mem_gb:.1f} GB device"
+        reasons["strategy"] = f"FSDP: ~{need_gb:.1f} GB does not fit one {mem_gb:.1f} GB device"
     else:
         strategy = "ddp"
         reasons["strategy"] = (
             "DDP: the model fits one device" if workers > 1 else "single worker: the model fits one device"
         )
-    return Plan(method, precision, strategy, gc, est, reasons)
+    return strategy

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from . import checkpoints, events
 from .backend import backend_for
 from .data import DatasetError, default_checkpoint_dir, exists, is_remote, load_dataset, read_training_config
-from .spec import JobSpec, TrainingConfig, error_list, merge_training_config, parallelism_error
+from .spec import JobSpec, TrainingConfig, error_list, merge_training_config, parallelism_problem
 
 
 def preflight(spec: JobSpec, *, quick: bool = False) -> dict[str, Any]:
@@ -58,11 +58,9 @@ def preflight(spec: JobSpec, *, quick: bool = False) -> dict[str, Any]:
                 if getattr(tc, field) is not None:
                     err(f"training_config.{field}", f"{field} needs validation data: set validation_split "
                                                     "(for example 0.1) or add a validation file to the dataset")
-        problem = parallelism_error(tc, framework=spec.framework, workers=spec.workers,
-                                    gpus_per_worker=spec.gpus_per_worker)
+        problem = parallelism_problem(tc, framework=spec.framework, workers=spec.workers, job_type=spec.job_type)
         if problem:
-            field = "tensor_parallel_size" if tc.tensor_parallel_size > 1 else "pipeline_parallel_size"
-            err(f"training_config.{field}", problem)
+            err(f"training_config.{problem[0]}", problem[1])
             tc = None  # no plan for a config that cannot run
 
     backend = backend_for(spec.framework)

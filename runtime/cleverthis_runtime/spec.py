@@ -135,13 +135,14 @@ class TrainingConfig(_Strict):
     )
     tensor_parallel_size: int = Field(
         1, ge=1, le=1024,
-        description="Tensor parallelism: split each layer's weights over this many GPUs (1 = off; needs GPUs; "
+        description="Tensor parallelism: split each layer's weights over this many workers (1 = off; CPU or GPU; "
+                    "method full, a model with a transformers tp_plan; "
                     "tensor_parallel_size x pipeline_parallel_size must divide workers)",
     )
     pipeline_parallel_size: int = Field(
         1, ge=1, le=1024,
-        description="Pipeline parallelism: split the layers into this many stages on different GPUs (1 = off; "
-                    "needs GPUs; tensor_parallel_size x pipeline_parallel_size must divide workers)",
+        description="Pipeline parallelism: split the layers into this many stages on different workers (1 = off; "
+                    "not supported yet; tensor_parallel_size x pipeline_parallel_size must divide workers)",
     )
     report_to: list[Literal["tensorboard", "mlflow", "wandb", "none"]] = Field(
         default_factory=lambda: ["tensorboard"],
@@ -272,35 +273,50 @@ class JobSpec(_Strict):
                 raise ValueError("framework tensorflow does not support LoRA or DeepSpeed (remove 'deepspeed')")
         if tc is not None:
             problem = parallelism_error(tc, framework=self.framework, workers=self.workers,
-                                        gpus_per_worker=self.gpus_per_worker)
+                                        gpus_per_worker=self.gpus_per_worker, job_type=self.job_type)
             if problem:
                 raise ValueError(problem)
         return self
 
 
-def parallelism_error(tc: TrainingConfig, *, framework: str, workers: int, gpus_per_worker: float,
-                      cuda_available: bool | None = None) -> str | None:
-    """Why this job cannot use the requested tensor/pipeline parallelism, or None (1 x 1 always passes).
+def parallelism_error(tc: TrainingConfig, *, framework: str, workers: int, gpus_per_worker: float = 0,
+                      cuda_available: bool | None = None, job_type: str = "finetune") -> str | None:
+    """Why this job cannot use the requested tensor/pipeline parallelism, or None (1 x 1 always passes)."""
+    problem = parallelism_problem(tc, framework=framework, workers=workers, job_type=job_type)
+    return problem[1] if problem else None
+
+
+def parallelism_problem(tc: TrainingConfig, *, framework: str, workers: int,
+                        job_type: str = "finetune") -> tuple[str, str] | None:
+    """(the training_config key to blame, why) when the requested tensor/pipeline parallelism cannot run.
 
     Checked at spec validation (the spec's own training_config), at pre-flight and in the plan (with
-    training_config.json merged), and by the workers (with the node's real devices: `cuda_available`).
+    training_config.json merged), and by the workers. What depends on the model (its tensor-parallel plan, its
+    heads) is `parallel.refusal`, checked where the model's config is read. Tensor parallelism runs on CPU
+    (gloo) and GPU alike.
     """
     tp, pp = tc.tensor_parallel_size, tc.pipeline_parallel_size
     if tp == 1 and pp == 1:
         return None
+    key = "tensor_parallel_size" if tp > 1 else "pipeline_parallel_size"
     which = " and ".join(f"{k} > 1" for k, v in (("tensor_parallel_size", tp), ("pipeline_parallel_size", pp))
                          if v > 1)
     if framework == "tensorflow":
-        return f"framework tensorflow does not support tensor or pipeline parallelism ({which}); set them to 1"
+        return key, f"framework tensorflow does not support tensor or pipeline parallelism ({which}); set them to 1"
     if workers % (tp * pp):
-        return (f"tensor_parallel_size x pipeline_parallel_size = {tp} x {pp} = {tp * pp} must divide workers "
-                f"({workers}): each group of {tp * pp} workers holds one copy of the model")
-    if gpus_per_worker <= 0 or cuda_available is False:
-        where = "gpus_per_worker is 0" if gpus_per_worker <= 0 else "this node has no CUDA device"
-        return (f"{which} needs GPUs ({where}): tensor and pipeline parallelism split the model over GPUs; "
-                "on CPU use strategy 'fsdp' or deepspeed ZeRO-3 to shard a model that does not fit")
-    return (f"{which} is not supported yet by this runtime (transformers' tp_plan/pipeline stages are not "
-            "wired under Ray TorchTrainer); use strategy 'fsdp' or deepspeed ZeRO-3 to shard the model")
+        return key, (f"tensor_parallel_size x pipeline_parallel_size = {tp} x {pp} = {tp * pp} must divide workers "
+                     f"({workers}): each group of {tp * pp} workers holds one copy of the model")
+    if pp > 1:
+        return "pipeline_parallel_size", (
+            "pipeline_parallel_size > 1 is not supported yet by this runtime; use tensor_parallel_size, "
+            "strategy 'fsdp' or deepspeed ZeRO-3 to split a model that does not fit one worker")
+    if tc.method in ("lora", "qlora"):
+        return "method", (f"tensor_parallel_size > 1 needs method 'full' (not '{tc.method}'): the LoRA adapters are "
+                          "not split by the tensor-parallel plan")
+    if job_type == "train":
+        return key, ("tensor_parallel_size > 1 needs pretrained weights (job type finetune): transformers splits a "
+                     "model over the workers as it loads its weights; train from scratch with strategy 'fsdp'")
+    return None
 
 
 def merge_training_config(file_config: dict[str, Any] | None, override: TrainingConfig | None) -> TrainingConfig:

@@ -13,7 +13,9 @@ collective that every rank joins (`gathered_state_dict`), and rank 0 alone write
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from .spec import TrainingConfig
@@ -113,6 +115,24 @@ def gathered_state_dict(trainer: Any) -> dict[str, Any] | None:
 
 
 
+@contextlib.contextmanager
+def saving_gathered(model: Any) -> Iterator[None]:
+    """Rank 0 alone writes weights that every rank already gathered (`gathered_state_dict`): a model that
+    transformers split as it loaded it (tensor parallelism, parallel.py) would gather them again in
+    `save_pretrained`, a collective with a barrier that the other ranks never join. Without its
+    `distributed_config` for the write, save_pretrained writes the given full weights as for a plain model."""
+    config = getattr(model, "config", None)
+    held = getattr(config, "distributed_config", None)
+    if held is None:
+        yield
+        return
+    config.distributed_config = None
+    try:
+        yield
+    finally:
+        config.distributed_config = held
+
+
 def shard_fsdp2(model: Any, world: int) -> Any:
     """FSDP2: `fully_shard` each decoder layer, then the root, over a 1-D device mesh of all workers (a CPU
     mesh on gloo works, where Ray's `prepare_model(parallel_strategy="fsdp")` and accelerate's FSDP refuse
@@ -152,8 +172,16 @@ def describe(trainer: Any) -> dict[str, Any]:
         sharded = any(isinstance(p, DTensor) for p in model.parameters())
     except ImportError:  # pragma: no cover
         sharded = False
+    tp = int(getattr(model, "_tp_size", None) or 1)
+    fsdp = sharded and (tp == 1 or int(getattr(model, "_fsdp_size", None) or 1) > 1)
     out: dict[str, Any] = {"wrapper": type(trainer.model_wrapped).__name__, "model_class": type(model).__name__,
-                           "fsdp2_sharded": sharded, "deepspeed": bool(getattr(trainer, "is_deepspeed_enabled", False))}
+                           "fsdp2_sharded": fsdp, "deepspeed": bool(getattr(trainer, "is_deepspeed_enabled", False))}
+    if tp > 1:  # transformers' tensor-parallel loading (parallel.py): the mesh it built, what it split
+        mesh = getattr(model, "_device_mesh", None)
+        out["tensor_parallel"] = {
+            "tp_size": tp, "mesh": dict(zip(mesh.mesh_dim_names, mesh.shape, strict=True)) if mesh is not None else None,
+            "split_parameters": sum(1 for p in model.parameters() if isinstance(p, DTensor)),
+            "sharded_modules": dict(getattr(model.config, "base_model_tp_plan", None) or {})}
     if out["deepspeed"]:
         out["zero_stage"] = 3 if is_zero3(trainer) else int(trainer.accelerator.state.deepspeed_plugin.zero_stage)
     return out

@@ -34,7 +34,7 @@ class TorchBackend:
                         quick: bool = False) -> None:
         if quick:
             names = isinstance(tc.target_modules, list) and tc.method != "full"
-            if names or tc.packing:
+            if names or tc.packing or tc.tensor_parallel_size > 1:
                 # what depends on the architecture is checked at create too: a meta-device build, no weights read
                 try:
                     _architecture_checks(tc, lora_targets.meta_model(spec.base_model), out, err, targets=names)
@@ -83,11 +83,15 @@ def _template(tok: Any, tc: TrainingConfig, out: dict[str, Any], err: Any) -> bo
 
 
 def _architecture_checks(tc: TrainingConfig, model: Any, out: dict[str, Any], err: Any, *, targets: bool) -> None:
-    """Packing that this architecture cannot isolate, and (when asked) the LoRA target modules."""
+    """Packing that this architecture cannot isolate, tensor parallelism it cannot take, and (when asked) the LoRA
+    target modules."""
     from .methods import packing_refusal
+    from .parallel import refusal
 
     if tc.packing and (why := packing_refusal(model)):
         err("training_config.packing", why)
+    if tp_problem := refusal(tc, model.config, tc.method):
+        err(*tp_problem)
     if targets:
         _targets(tc, model, out, err)
 
@@ -149,6 +153,10 @@ def _model_facts(spec: JobSpec, tc: TrainingConfig, ds: Any, out: dict[str, Any]
         devices = [Device("cpu", float(psutil.virtual_memory().available))]
     plan = make_plan(params=params, devices=devices, workers=spec.workers, config=tc)
     out["plan"] = plan.as_dict()
+    if plan.parallelism is not None:
+        from .parallel import layout
+
+        out["plan"]["parallelism"] = layout(tc, spec.workers, cfg)
     if out.get("chat_template"):
         out["plan"]["chat_template"] = out["chat_template"]["name"]
         out["plan"]["reasons"]["chat_template"] = out["chat_template"]["reason"]

@@ -23,7 +23,7 @@ import os
 import tempfile
 from typing import Any
 
-from . import checkpoints, compat, lora_targets, methods, strategies, templates
+from . import checkpoints, compat, lora_targets, methods, parallel, strategies, templates
 from .callbacks import EventsAndCheckpoints, Patience, tracking_locations
 from .control import WorkerControl, worker_entry
 from .data import tokenized
@@ -63,8 +63,7 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
     control = control or WorkerControl(None, rank)
     spec = JobSpec.model_validate(config["spec"])
     tc = TrainingConfig.model_validate(config["training_config"])
-    problem = parallelism_error(tc, framework=spec.framework, workers=world, gpus_per_worker=spec.gpus_per_worker,
-                                cuda_available=torch.cuda.is_available())
+    problem = parallelism_error(tc, framework=spec.framework, workers=world, job_type=spec.job_type)
     if problem:  # before any data or model is loaded (training_config.json may have set them)
         raise PlanError(f"training_config: {problem}")
     torch.set_num_threads(max(1, int(spec.cpus_per_worker)))
@@ -80,14 +79,15 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
         inp.train_rows, inp.val_rows = methods.pack(inp.train_rows, inp.val_rows, tc.max_seq_length)
         inp.emit("packing", rows=len(inp.train_rows), validation_rows=len(inp.val_rows),
                  max_seq_length=tc.max_seq_length)
-    total_batch = spec.batch_size * world * tc.gradient_accumulation_steps
+    # batch_size is per data-parallel replica: with tensor parallelism a group of workers holds one replica
+    total_batch = spec.batch_size * parallel.sizes(tc, world)[1] * tc.gradient_accumulation_steps
     resume = _resume_mode(inp, total_batch)
     meta = inp.meta
     if meta and meta.get("method"):  # the checkpoint decides the method (an adapter stays an adapter)
         method = meta["method"] if meta["method"] in ("lora", "qlora") and meta.get("adapter") \
             else ("lora" if meta.get("adapter") else "full")
         inp.tc = tc = tc.model_copy(update={"method": method})
-    model, base_how = _load_model(spec, tc, inp.source, meta, inp.original_base, base_path, torch)
+    model, base_how = _load_model(spec, tc, inp.source, meta, inp.original_base, base_path, torch, world)
     model, plan, resume = _planned_model(inp, model, template, resume, torch)
     if inp.source:
         inp.emit("resume", checkpoint=inp.source, exact=resume == "exact", completed_epochs=inp.completed,
@@ -171,9 +171,11 @@ def _planned_model(inp: WorkerInputs, model: Any, template: tuple[str, str], res
         if refusal:
             raise PlanError(f"training_config: {refusal}")
         model.config.use_cache = False
-    params = float(sum(p.numel() for p in model.parameters()))
+    params = float(_parameters(model))
     plan = make_plan(params=params, devices=_devices(torch), workers=inp.world, config=tc)
     plan_event = plan.as_dict()
+    if plan.parallelism is not None:
+        plan_event["parallelism"] = parallel.layout(tc, inp.world, model.config)
     plan_event["chat_template"] = template[0]
     plan_event["reasons"] = {**plan_event["reasons"], "chat_template": template[1]}
     new_lora = inp.source is None and plan.method in ("lora", "qlora")
@@ -183,7 +185,9 @@ def _planned_model(inp: WorkerInputs, model: Any, template: tuple[str, str], res
         plan_event["lora_target_modules"] = targets
         plan_event["reasons"] = {**plan_event["reasons"], "lora_target_modules": f"{shown}: {why}"}
     inp.emit("plan", **plan_event, parameters=params)
-    if resume == "exact" and (plan.strategy.startswith("deepspeed") or (plan.strategy == "fsdp" and inp.world > 1)):
+    sharded_optimizer = plan.strategy.startswith("deepspeed") or plan.strategy == "tensor-parallel" \
+        or (plan.strategy == "fsdp" and inp.world > 1)
+    if resume == "exact" and sharded_optimizer:
         # The resume state holds rank 0's optimizer as DDP has it; sharded optimizers are not restored yet.
         resume = "weights"
         inp.emit("warning", checkpoint=inp.source, message=f"resuming from the weights only: the {plan.strategy} "
@@ -196,6 +200,13 @@ def _planned_model(inp: WorkerInputs, model: Any, template: tuple[str, str], res
             target_modules=plan_event["lora_target_modules"], task_type="CAUSAL_LM",
         ))
     return model, plan, resume
+
+
+def _parameters(model: Any) -> int:
+    """The model's parameter count (a tensor-parallel weight counts whole, not its local shard)."""
+    import math
+
+    return sum(math.prod(p.shape) for p in model.parameters())
 
 
 def _training_args(inp: WorkerInputs, plan: Any, total_epochs: int, torch: Any) -> Any:
@@ -247,6 +258,8 @@ def _trainer(inp: WorkerInputs, model: Any, tokenizer: Any, plan: Any, resume: s
     exact = resume == "exact"
     total_epochs = inp.planned_epochs if exact else max(1, inp.planned_epochs - inp.completed)
     args = _training_args(inp, plan, total_epochs, torch)
+    if plan.strategy == "tensor-parallel":  # accelerate refuses its tensor-parallel setup on CPU (compat.py)
+        compat.allow_cpu_tensor_parallel()
     if plan.strategy == "fsdp" and world > 1:  # FSDP2 before the optimizer is built (strategies.py)
         model = strategies.shard_fsdp2(model, world)
     val_rows = inp.val_rows
@@ -277,18 +290,24 @@ def _trainer(inp: WorkerInputs, model: Any, tokenizer: Any, plan: Any, resume: s
 
 
 def _load_model(spec: JobSpec, tc: TrainingConfig, source: str | None, meta: dict[str, Any] | None,
-                orig_base: str, base_path: str | None, torch: Any) -> tuple[Any, str | None]:
+                orig_base: str, base_path: str | None, torch: Any, world: int = 1) -> tuple[Any, str | None]:
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    # tensor parallelism: transformers splits each weight over the workers as it loads it (parallel.py)
+    split = {"distributed_config": dc} if (dc := parallel.distributed_config(tc, world)) is not None else {}
+    if split:
+        why = parallel.refusal(tc, AutoConfig.from_pretrained(source or base_path or orig_base), tc.method)
+        if why:
+            raise PlanError(f"{why[0]}: {why[1]}")
     if source is None:
         if spec.job_type == "train":
             return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(base_path or orig_base)), None
         if methods.is_quantized(tc):  # QLoRA: a 4/8-bit frozen base (LoRA is added by the caller)
             return methods.load_quantized(base_path or orig_base, tc, torch,
                                           gradient_checkpointing=bool(tc.gradient_checkpointing)), None
-        return AutoModelForCausalLM.from_pretrained(base_path or orig_base, dtype=torch.float32), None
+        return AutoModelForCausalLM.from_pretrained(base_path or orig_base, dtype=torch.float32, **split), None
     if not (meta or {}).get("adapter"):
-        return AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32), None
+        return AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, **split), None
     from peft import PeftModel
 
     adapter = os.path.join(source, checkpoints.ADAPTER_DIR)

@@ -110,3 +110,25 @@ def test_rank_zero_store_listens_on_master_addr_only(tmp_path):
     assert _store_listens_on(True, tmp_path) == ["127.0.0.1"]
     # what the patch is for: unpatched, the store takes every interface
     assert _store_listens_on(False, tmp_path) in (["::"], ["0.0.0.0"])
+
+
+def test_tensor_parallel_on_cpu_passes_accelerates_check_and_its_other_checks_remain(monkeypatch):
+    from types import SimpleNamespace
+
+    from accelerate.parallelism_config import ParallelismConfig
+    from accelerate.utils import DistributedType
+
+    # accelerate's own check again at teardown (the patch is process-wide once a TP job installs it)
+    monkeypatch.setattr(ParallelismConfig, "_validate_accelerator", ParallelismConfig._validate_accelerator)
+
+    cpu = SimpleNamespace(distributed_type=DistributedType.MULTI_CPU, num_processes=2, is_fsdp2=False,
+                          multi_device=False)
+    pc = ParallelismConfig(tp_size=2)
+    with pytest.raises(ValueError, match="only compatible .* but got DistributedType.MULTI_CPU"):
+        pc._validate_accelerator(cpu)  # accelerate as shipped
+    compat.allow_cpu_tensor_parallel()
+    compat.allow_cpu_tensor_parallel()  # idempotent: one wrapper
+    assert getattr(ParallelismConfig._validate_accelerator, "_cleverthis", False)
+    pc._validate_accelerator(cpu)
+    with pytest.raises(ValueError, match=r"total_size \(2\) does not match num_processes \(4\)"):
+        pc._validate_accelerator(SimpleNamespace(**{**vars(cpu), "num_processes": 4}))

@@ -1,4 +1,5 @@
-"""Tensor / pipeline parallelism options: validated in the spec, the pre-flight, the plan and the workers."""
+"""Tensor / pipeline parallelism options: validated in the spec, the pre-flight, the plan and the workers.
+(Training with tensor parallelism on the real cluster: tests/integration/test_parallelism.py.)"""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def test_defaults_are_one_and_in_the_schema():
     props = TrainingConfig.model_json_schema()["properties"]
     for key in ("tensor_parallel_size", "pipeline_parallel_size"):
         assert props[key]["type"] == "integer" and props[key]["minimum"] == 1 and props[key]["default"] == 1
-        assert "needs GPUs" in props[key]["description"]
+    assert "CPU or GPU" in props["tensor_parallel_size"]["description"]
+    assert "not supported yet" in props["pipeline_parallel_size"]["description"]
 
 
 @pytest.mark.parametrize("key", ["tensor_parallel_size", "pipeline_parallel_size"])
@@ -45,16 +47,25 @@ def test_product_must_divide_workers():
                 training_config={"tensor_parallel_size": 2, "pipeline_parallel_size": 2})
 
 
-def test_cpu_job_fails_with_needs_gpus():
-    with pytest.raises(ValidationError, match=r"tensor_parallel_size > 1 needs GPUs \(gpus_per_worker is 0\)"):
-        JobSpec(name="x", workers=2, training_config={"tensor_parallel_size": 2})
-    with pytest.raises(ValidationError, match=r"pipeline_parallel_size > 1 needs GPUs"):
+def test_tensor_parallel_is_accepted_on_cpu_and_gpu_pipeline_is_not_yet():
+    for gpus in (0, 1):
+        JobSpec(name="x", workers=2, gpus_per_worker=gpus, training_config={"tensor_parallel_size": 2})
+        JobSpec(name="x", workers=4, gpus_per_worker=gpus,
+                training_config={"tensor_parallel_size": 2, "method": "full"})
+    with pytest.raises(ValidationError, match=r"pipeline_parallel_size > 1 is not supported yet"):
         JobSpec(name="x", workers=2, training_config={"pipeline_parallel_size": 2})
 
 
-def test_gpu_job_is_refused_as_not_supported_yet():
-    with pytest.raises(ValidationError, match="not supported yet"):
-        JobSpec(name="x", workers=4, gpus_per_worker=1, training_config={"tensor_parallel_size": 2})
+@pytest.mark.parametrize("method", ["lora", "qlora"])
+def test_tensor_parallel_refuses_lora_naming_the_method(method):
+    extra = {"quantization": "4bit"} if method == "qlora" else {}
+    with pytest.raises(ValidationError, match=rf"needs method 'full' \(not '{method}'\)"):
+        JobSpec(name="x", workers=2, training_config={"tensor_parallel_size": 2, "method": method, **extra})
+
+
+def test_tensor_parallel_needs_pretrained_weights():
+    with pytest.raises(ValidationError, match="needs pretrained weights"):
+        JobSpec(name="x", workers=2, job_type="train", training_config={"tensor_parallel_size": 2})
 
 
 def test_tensorflow_rejects_them():
@@ -73,21 +84,53 @@ def test_ones_are_always_fine():
     assert parallelism_error(TrainingConfig(), framework="torch", workers=1, gpus_per_worker=0) is None
 
 
-def test_workers_without_cuda_say_so():
+def test_plan_picks_tensor_parallel_and_full_and_explains_the_mesh():
     tc = TrainingConfig(tensor_parallel_size=2)
-    msg = parallelism_error(tc, framework="torch", workers=2, gpus_per_worker=1, cuda_available=False)
-    assert "needs GPUs (this node has no CUDA device)" in msg
-
-
-def test_plan_refuses_on_cpu_and_gpu():
-    tc = TrainingConfig(tensor_parallel_size=2)
-    with pytest.raises(PlanError, match="tensor_parallel_size > 1 needs GPUs"):
-        make_plan(params=1e9, devices=[CPU], workers=2, config=tc)
-    with pytest.raises(PlanError, match="not supported yet"):
-        make_plan(params=1e9, devices=[A100], workers=2, config=tc)
+    for dev in (CPU, A100):
+        plan = make_plan(params=1e9, devices=[dev], workers=4, config=tc)
+        assert (plan.strategy, plan.method) == ("tensor-parallel", "full")
+        assert "LoRA adapters are not split" in plan.reasons["method"]
+        assert "ranks 0-1; ranks 2-3" in plan.reasons["strategy"] and "2 data-parallel replicas" in plan.reasons["strategy"]
+        assert plan.parallelism["mesh"] == {"dp": 2, "tp": 2}
+        assert plan.parallelism["tensor_parallel_groups"] == [[0, 1], [2, 3]]
     with pytest.raises(PlanError, match="must divide workers"):
         make_plan(params=1e9, devices=[A100], workers=3, config=tc)
     assert make_plan(params=1e9, devices=[CPU], workers=2, config=TrainingConfig()).strategy == "ddp"
+    assert make_plan(params=1e9, devices=[CPU], workers=2, config=TrainingConfig()).parallelism is None
+
+
+@pytest.mark.parametrize("arch,field,words", [
+    ("falcon", "tensor_parallel_size", "falcon has no tensor-parallel plan in transformers"),
+    ("gpt2", "tensor_parallel_size", "gpt2 has no tensor-parallel plan in transformers"),
+])
+def test_preflight_refuses_a_family_without_a_tp_plan(tiny_arch, tmp_path, arch, field, words):
+    data = tmp_path / "training"
+    shutil.copytree(EXAMPLE_DATA, data, ignore=shutil.ignore_patterns("checkpoints"))
+    spec = JobSpec(name="tp", base_model=tiny_arch(arch), dataset_path=str(data), workers=2,
+                   training_config={"tensor_parallel_size": 2, "method": "full"})
+    fields = {e["field"]: e["message"] for e in preflight(spec, quick=True)["errors"]}
+    assert words in fields[f"training_config.{field}"], fields
+
+
+def test_preflight_refuses_heads_that_do_not_split(tiny_model, tmp_path):
+    data = tmp_path / "training"
+    shutil.copytree(EXAMPLE_DATA, data, ignore=shutil.ignore_patterns("checkpoints"))
+    ok = JobSpec(name="tp", base_model=tiny_model, dataset_path=str(data), workers=2,
+                 training_config={"tensor_parallel_size": 2, "method": "full"})
+    assert preflight(ok, quick=True)["errors"] == []
+    bad = ok.model_copy(update={"workers": 3, "training_config": TrainingConfig(tensor_parallel_size=3, method="full")})
+    fields = {e["field"]: e["message"] for e in preflight(bad, quick=True)["errors"]}
+    assert "must divide the model's num_attention_heads (4)" in fields["training_config.tensor_parallel_size"]
+
+
+def test_full_preflight_shows_the_mesh_of_this_model(tiny_model, tmp_path):
+    data = tmp_path / "training"
+    shutil.copytree(EXAMPLE_DATA, data, ignore=shutil.ignore_patterns("checkpoints"))
+    out = preflight(JobSpec(name="tp", base_model=tiny_model, dataset_path=str(data), workers=2,
+                            training_config={"tensor_parallel_size": 2, "method": "full"}))
+    assert out["errors"] == []
+    assert out["plan"]["strategy"] == "tensor-parallel" and out["plan"]["method"] == "full"
+    assert out["plan"]["parallelism"]["sharded_modules"]["layers.*.mlp.down_proj"] == "rowwise"
 
 
 def test_preflight_reports_training_config_json_values(tmp_path):
@@ -96,4 +139,13 @@ def test_preflight_reports_training_config_json_values(tmp_path):
     (data / "training_config.json").write_text('{"method": "lora", "pipeline_parallel_size": 2}')
     out = preflight(JobSpec(name="pp", dataset_path=str(data), workers=2), quick=True)
     fields = {e["field"]: e["message"] for e in out["errors"]}
-    assert "pipeline_parallel_size > 1 needs GPUs" in fields["training_config.pipeline_parallel_size"]
+    assert "pipeline_parallel_size > 1 is not supported yet" in fields["training_config.pipeline_parallel_size"]
+
+
+def test_preflight_names_the_method_when_training_config_json_asks_lora_with_tp(tmp_path):
+    data = tmp_path / "training"
+    shutil.copytree(EXAMPLE_DATA, data, ignore=shutil.ignore_patterns("checkpoints"))
+    (data / "training_config.json").write_text('{"method": "lora", "tensor_parallel_size": 2}')
+    out = preflight(JobSpec(name="tp", dataset_path=str(data), workers=2), quick=True)
+    fields = {e["field"]: e["message"] for e in out["errors"]}
+    assert "needs method 'full' (not 'lora')" in fields["training_config.method"]

@@ -509,11 +509,11 @@ export interface TrainingConfig {
    */
   placement_strategy?: 'PACK' | 'SPREAD' | 'STRICT_PACK' | 'STRICT_SPREAD';
   /**
-   * Tensor parallelism: split each layer's weights over this many GPUs (1 = off; needs GPUs; tensor_parallel_size x pipeline_parallel_size must divide workers)
+   * Tensor parallelism: split each layer's weights over this many workers (1 = off; CPU or GPU; method full, a model with a transformers tp_plan; tensor_parallel_size x pipeline_parallel_size must divide workers)
    */
   tensor_parallel_size?: number;
   /**
-   * Pipeline parallelism: split the layers into this many stages on different GPUs (1 = off; needs GPUs; tensor_parallel_size x pipeline_parallel_size must divide workers)
+   * Pipeline parallelism: split the layers into this many stages on different workers (1 = off; not supported yet; tensor_parallel_size x pipeline_parallel_size must divide workers)
    */
   pipeline_parallel_size?: number;
   /**

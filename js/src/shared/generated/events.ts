@@ -181,6 +181,9 @@ export interface PlanEvent {
   parameters?: number | null;
   chat_template?: string | null;
   lora_target_modules?: string | string[] | null;
+  parallelism?: {
+    [k: string]: unknown;
+  } | null;
   [k: string]: unknown;
 }
 export interface WarningEvent {
@@ -262,6 +265,9 @@ export interface StrategyEvent {
   fsdp2_sharded?: boolean | null;
   deepspeed?: boolean | null;
   zero_stage?: number | null;
+  tensor_parallel?: {
+    [k: string]: unknown;
+  } | null;
   device_flops?: number | null;
   flops_per_token?: number | null;
   expected_tokens_per_s?: number | null;
