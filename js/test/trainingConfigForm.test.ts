@@ -28,7 +28,7 @@ describe('TrainingConfigForm', () => {
     expect(groups).toEqual([
       'Method',
       'LoRA',
-      'Precision, strategy and DeepSpeed',
+      'Precision, strategy, DeepSpeed and model parallelism',
       'Optimisation',
       'Data and validation',
       'Tracking and runtime'

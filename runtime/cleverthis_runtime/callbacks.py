@@ -112,6 +112,8 @@ class EventsAndCheckpoints(TrainerCallback):
         self.merge_base: str | None = None  # QLoRA: merge into this base loaded in fp32 (methods.py)
         self.t0 = time.time()
         self.last_t, self.last_tokens, self.last_step = self.t0, 0, 0
+        #: workers that read each batch (tensor or pipeline parallel): the Trainer counts its tokens on each
+        self.token_copies = 1
         self.timing = StepTiming()
         self.first_step: int | None = None
         self.last_epoch_dir: str | None = None
@@ -132,7 +134,7 @@ class EventsAndCheckpoints(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         self.t0 = self.last_t = time.time()
         self.first_step = state.global_step
-        self.last_tokens = int(state.num_input_tokens_seen or 0)
+        self.last_tokens = int(state.num_input_tokens_seen or 0) // self.token_copies
         self.last_epoch = self.epoch_offset + int(float(state.epoch or 0) + 1e-6)
         if self.rank == 0:
             self.control.set_phase("training")
@@ -162,7 +164,7 @@ class EventsAndCheckpoints(TrainerCallback):
             return
         if "loss" not in logs:
             return
-        tokens = int(state.num_input_tokens_seen or 0)
+        tokens = int(state.num_input_tokens_seen or 0) // self.token_copies
         dt = max(now - self.last_t, 1e-9)
         tps = (tokens - self.last_tokens) / dt if tokens else None
         done_here = max(state.global_step - (self.first_step or 0), 1)

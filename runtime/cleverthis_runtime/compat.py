@@ -19,6 +19,11 @@ it was read in, and tests/unit/test_compat.py fails loudly when a patched name c
   model in DDP; a model whose parameters are DTensors (`fully_shard`) must not be, so `prepare_model` is
   replaced on the Trainer's accelerator and records the model in `Accelerator._models` as the original does.
   Read in accelerate 1.15.
+- **One pipeline stage per rank** (`trainer_class(pipeline)`, pipeline.py). The Trainer's gradient clipping and
+  norm (`Trainer._clip_grad_norm`, `Trainer._get_grad_norm`) see one stage's gradients only: they take the
+  norm over every stage instead. accelerate's `BatchSamplerShard` (`num_processes`, `process_index`) deals each
+  rank its own batches: the stages all read every batch, as the Trainer itself does for its rank-aware sampler.
+  Read in transformers 5.25 and accelerate 1.16.
 - **Tensor parallelism on CPU** (`allow_cpu_tensor_parallel`). The Trainer hands a model loaded with
   `DistributedConfig(tp_size=N)` to accelerate as a `ParallelismConfig`, and accelerate's
   `ParallelismConfig._validate_accelerator` refuses it unless the run is multi-GPU, FSDP2 or DeepSpeed: "ParallelismConfig
@@ -44,6 +49,9 @@ PATCHED = (
     ("ray.train.torch.config", "_TorchBackend"),
     ("transformers.trainer", "Trainer._load_from_checkpoint"),
     ("transformers.trainer", "Trainer._load_rng_state"),
+    ("transformers.trainer", "Trainer._clip_grad_norm"),
+    ("transformers.trainer", "Trainer._get_grad_norm"),
+    ("accelerate.data_loader", "BatchSamplerShard"),
     ("accelerate.accelerator", "Accelerator.prepare_model"),
     ("accelerate.parallelism_config", "ParallelismConfig._validate_accelerator"),
     ("deepspeed.runtime.engine", "DeepSpeedEngine._zero3_consolidated_16bit_state_dict"),
@@ -95,8 +103,9 @@ def torch_config(**kwargs: Any) -> Any:
     return Config(**kwargs)
 
 
-def trainer_class() -> Any:
-    """The transformers Trainer whose resume restores the training state and leaves the weights loaded."""
+def trainer_class(pipeline: Any = None) -> Any:
+    """The transformers Trainer whose resume restores the training state and leaves the weights loaded; with a
+    `pipeline.Pipeline`, the Trainer that trains one pipeline stage (see the module's notes)."""
     from transformers import Trainer
 
     class _Trainer(Trainer):
@@ -106,7 +115,43 @@ def trainer_class() -> Any:
         def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
             return None
 
-    return _Trainer
+    if pipeline is None:
+        return _Trainer
+
+    class _PipelineTrainer(_Trainer):
+        """One stage of a pipeline: the schedule does forward and backward; every rank reads every batch."""
+
+        def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> Any:
+            model.train()
+            return pipeline.train_step(inputs, num_items_in_batch)
+
+        def prediction_step(self, model: Any, inputs: dict[str, Any], prediction_loss_only: bool,
+                            ignore_keys: Any = None) -> tuple[Any, None, None]:
+            model.eval()
+            return pipeline.eval_step(inputs), None, None
+
+        def get_train_dataloader(self) -> Any:
+            return _unsharded(super().get_train_dataloader())
+
+        def get_eval_dataloader(self, eval_dataset: Any = None) -> Any:
+            return _unsharded(super().get_eval_dataloader(eval_dataset))
+
+        def _clip_grad_norm(self, model: Any) -> Any:
+            return pipeline.grad_norm(model.parameters(), self.args.max_grad_norm)
+
+        def _get_grad_norm(self, model: Any, grad_norm: Any = None) -> Any:
+            return pipeline.grad_norm(model.parameters(), float("inf")) if grad_norm is None else grad_norm
+
+    return _PipelineTrainer
+
+
+def _unsharded(loader: Any) -> Any:
+    """accelerate deals each process its own batches (`BatchSamplerShard`); the stages of a pipeline all read
+    every batch. The Trainer neutralises the shard the same way for its own rank-aware sampler."""
+    shard = getattr(loader, "batch_sampler", None)
+    if shard is not None and hasattr(shard, "num_processes"):
+        shard.num_processes, shard.process_index = 1, 0
+    return loader
 
 
 def rng_state(torch: Any) -> dict[str, Any]:

@@ -215,6 +215,7 @@ class StrategyEvent(Event):
     deepspeed: bool | None = None
     zero_stage: int | None = None
     tensor_parallel: dict[str, Any] | None = None  # the mesh transformers built, what it split
+    pipeline: dict[str, Any] | None = None  # rank 0's pipeline stage: its layers, whether it holds the head
     # the speed the plan expects (monitoring.expected_speed): measured matmul FLOP/s per worker, model FLOPs/token
     device_flops: float | None = None
     flops_per_token: float | None = None

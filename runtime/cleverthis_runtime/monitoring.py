@@ -165,6 +165,7 @@ def expected_speed(model: Any, args: Any, world: int, torch: Any) -> dict[str, f
         total += n
         trainable += n if p.requires_grad else 0
     per_token = 4.0 * total + 2.0 * trainable + (2.0 * total if getattr(args, "gradient_checkpointing", False) else 0)
+    per_token *= getattr(model, "pp", 1)  # a pipeline stage holds about 1/pp of the weights (pipeline.py)
     flops = _matmul_flops(torch, next(model.parameters()).device)
     return {"device_flops": round(flops), "flops_per_token": per_token,
             "expected_tokens_per_s": round(world * EXPECTED_SHARE * flops / per_token, 1)}

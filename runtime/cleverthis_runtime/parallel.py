@@ -31,8 +31,13 @@ def sizes(tc: TrainingConfig, world: int) -> tuple[int, int]:
 
 
 def refusal(tc: TrainingConfig, model_config: Any, method: str | None) -> tuple[str, str] | None:
-    """(field, why) when this model cannot be trained with the requested tensor parallelism; None when it can."""
+    """(field, why) when this model cannot be trained with the requested tensor (or pipeline: pipeline.refusal)
+    parallelism; None when it can."""
     tp = tc.tensor_parallel_size
+    if tc.pipeline_parallel_size > 1:
+        from .pipeline import refusal as stages
+
+        return stages(tc, model_config)
     if tp <= 1:
         return None
     if method in ("lora", "qlora"):
@@ -66,7 +71,12 @@ def distributed_config(tc: TrainingConfig, world: int) -> Any:
 
 
 def layout(tc: TrainingConfig, world: int, model_config: Any) -> dict[str, Any]:
-    """For the `plan` and `strategy` events: the mesh, the ranks of each group, and what is split how."""
+    """For the `plan` and `strategy` events: the mesh, the ranks of each group, and what is split how (the
+    stages under pipeline parallelism: pipeline.layout)."""
+    if tc.pipeline_parallel_size > 1:
+        from .pipeline import layout as stages
+
+        return stages(tc, world, model_config)
     tp, dp = sizes(tc, world)
     groups = [list(range(g * tp, (g + 1) * tp)) for g in range(dp)]
     return {"mesh": {"dp": dp, "tp": tp}, "mesh_dims": ["fsdp", "tp"], "tensor_parallel_groups": groups,
@@ -75,6 +85,10 @@ def layout(tc: TrainingConfig, world: int, model_config: Any) -> dict[str, Any]:
 
 
 def reason(tc: TrainingConfig, world: int) -> str:
+    if tc.pipeline_parallel_size > 1:
+        from .pipeline import reason as stages
+
+        return stages(tc, world)
     tp, dp = sizes(tc, world)
     groups = "; ".join(f"ranks {g * tp}-{(g + 1) * tp - 1}" for g in range(dp))
     return (f"tensor parallel: each layer split {tp} ways (transformers' tp_plan) over {groups}"

@@ -37,7 +37,7 @@ class Plan:
     gradient_checkpointing: bool
     memory_estimate_gb: dict[str, float]
     reasons: dict[str, str] = field(default_factory=dict)
-    #: tensor parallelism's mesh and groups (parallel.layout), None without it
+    #: tensor or pipeline parallelism's mesh, groups or stages (parallel.layout), None without them
     parallelism: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -76,10 +76,11 @@ def make_plan(*, params: float, devices: list[Device], workers: int, config: Tra
     if config.method is not None:
         method = config.method
         reasons["method"] = f"{method}: set in training_config.json"
-    elif config.tensor_parallel_size > 1:
+    elif config.model_parallel_size > 1:
         method = "full"
-        reasons["method"] = ("full: tensor parallelism splits the full weights over the workers "
-                             "(LoRA adapters are not split by the tensor-parallel plan)")
+        what = "tensor" if config.tensor_parallel_size > 1 else "pipeline"
+        reasons["method"] = (f"full: {what} parallelism splits the full weights over the workers "
+                             "(LoRA adapters are not split over them)")
     elif est["full"] <= mem_gb:
         method = "full"
         reasons["method"] = f"full: ~{est['full']:.1f} GB fits the {mem_gb:.1f} GB per device"
@@ -111,14 +112,14 @@ def make_plan(*, params: float, devices: list[Device], workers: int, config: Tra
         )
 
     strategy = _strategy(config, workers, est[method], mem_gb, reasons)
-    layout = parallel.layout(config, workers, None) if config.tensor_parallel_size > 1 else None
+    layout = parallel.layout(config, workers, None) if config.model_parallel_size > 1 else None
     return Plan(method, precision, strategy, gc, est, reasons, layout)
 
 
 def _strategy(config: TrainingConfig, workers: int, need_gb: float, mem_gb: float, reasons: dict[str, str]) -> str:
     """The distributed strategy, its reason into `reasons`."""
-    if config.tensor_parallel_size > 1:
-        strategy = "tensor-parallel"
+    if config.model_parallel_size > 1:
+        strategy = "tensor-parallel" if config.tensor_parallel_size > 1 else "pipeline-parallel"
         reasons["strategy"] = parallel.reason(config, workers)
     elif config.deepspeed is not None:
         strategy = f"deepspeed-zero{config.deepspeed.zero_stage}"

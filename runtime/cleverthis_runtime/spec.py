@@ -141,8 +141,16 @@ class TrainingConfig(_Strict):
     )
     pipeline_parallel_size: int = Field(
         1, ge=1, le=1024,
-        description="Pipeline parallelism: split the layers into this many stages on different workers (1 = off; "
-                    "not supported yet; tensor_parallel_size x pipeline_parallel_size must divide workers)",
+        description="Pipeline parallelism: split the decoder layers into this many stages, one per worker (1 = off; "
+                    "CPU or GPU; method full; workers must equal it)",
+    )
+    pipeline_microbatches: int | None = Field(
+        None, ge=1, le=1024,
+        description="Pipeline parallelism: micro-batches each batch is cut into; unset = 2 per stage (at most the "
+                    "batch size)",
+    )
+    pipeline_schedule: Literal["gpipe", "1f1b"] = Field(
+        "gpipe", description="Pipeline parallelism: torch's GPipe schedule, or 1F1B (one forward, one backward)",
     )
     report_to: list[Literal["tensorboard", "mlflow", "wandb", "none"]] = Field(
         default_factory=lambda: ["tensorboard"],
@@ -306,14 +314,20 @@ def parallelism_problem(tc: TrainingConfig, *, framework: str, workers: int,
     if workers % (tp * pp):
         return key, (f"tensor_parallel_size x pipeline_parallel_size = {tp} x {pp} = {tp * pp} must divide workers "
                      f"({workers}): each group of {tp * pp} workers holds one copy of the model")
-    if pp > 1:
+    if pp > 1 and tp > 1:
+        return key, ("tensor_parallel_size and pipeline_parallel_size cannot both be > 1 yet: choose one of them")
+    if pp > 1 and workers != pp:
         return "pipeline_parallel_size", (
-            "pipeline_parallel_size > 1 is not supported yet by this runtime; use tensor_parallel_size, "
-            "strategy 'fsdp' or deepspeed ZeRO-3 to split a model that does not fit one worker")
+            f"pipeline_parallel_size ({pp}) must equal workers ({workers}): data-parallel copies of a pipeline are "
+            "not supported yet")
+    if pp > 1 and tc.packing:
+        return "packing", ("packing cannot be combined with pipeline_parallel_size > 1: the stages pass only the "
+                           "hidden states, not the examples' boundaries; set packing to false")
     if tc.method in ("lora", "qlora"):
-        return "method", (f"tensor_parallel_size > 1 needs method 'full' (not '{tc.method}'): the LoRA adapters are "
-                          "not split by the tensor-parallel plan")
-    if job_type == "train":
+        which = "tensor_parallel_size" if tp > 1 else "pipeline_parallel_size"
+        return "method", (f"{which} > 1 needs method 'full' (not '{tc.method}'): LoRA adapters are not split over "
+                          "the workers")
+    if job_type == "train" and tp > 1:
         return key, ("tensor_parallel_size > 1 needs pretrained weights (job type finetune): transformers splits a "
                      "model over the workers as it loads its weights; train from scratch with strategy 'fsdp'")
     return None

@@ -101,6 +101,10 @@ def is_zero3(trainer: Any) -> bool:
 
 def gathered_state_dict(trainer: Any) -> dict[str, Any] | None:
     """Collective (every rank calls it): the full weights on rank 0 when they are sharded, else None."""
+    from . import pipeline
+
+    if trainer is not None and pipeline.is_stage(trainer.model):  # each stage's weights, merged on rank 0
+        return pipeline.gathered_state(trainer.model)
     if trainer is not None and _has_dtensor(trainer.model):  # FSDP2: full weights, on rank 0 only
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
@@ -176,6 +180,11 @@ def describe(trainer: Any) -> dict[str, Any]:
     fsdp = sharded and (tp == 1 or int(getattr(model, "_fsdp_size", None) or 1) > 1)
     out: dict[str, Any] = {"wrapper": type(trainer.model_wrapped).__name__, "model_class": type(model).__name__,
                            "fsdp2_sharded": fsdp, "deepspeed": bool(getattr(trainer, "is_deepspeed_enabled", False))}
+    if getattr(model, "pp", 1) > 1:  # this rank's pipeline stage (pipeline.py)
+        lo, hi = model.layers
+        out["pipeline"] = {"stage": model.rank, "stages": model.pp, "layers": [lo, hi - 1],
+                           "embeddings": model.first, "head": model.last,
+                           "parameters": sum(p.numel() for p in model.parameters())}
     if tp > 1:  # transformers' tensor-parallel loading (parallel.py): the mesh it built, what it split
         mesh = getattr(model, "_device_mesh", None)
         out["tensor_parallel"] = {

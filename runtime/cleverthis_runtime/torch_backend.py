@@ -34,7 +34,7 @@ class TorchBackend:
                         quick: bool = False) -> None:
         if quick:
             names = isinstance(tc.target_modules, list) and tc.method != "full"
-            if names or tc.packing or tc.tensor_parallel_size > 1:
+            if names or tc.packing or tc.model_parallel_size > 1:
                 # what depends on the architecture is checked at create too: a meta-device build, no weights read
                 try:
                     _architecture_checks(tc, lora_targets.meta_model(spec.base_model), out, err, targets=names)

@@ -23,7 +23,7 @@ import os
 import tempfile
 from typing import Any
 
-from . import checkpoints, compat, lora_targets, methods, parallel, strategies, templates
+from . import checkpoints, compat, lora_targets, methods, parallel, pipeline, strategies, templates
 from .callbacks import EventsAndCheckpoints, Patience, tracking_locations
 from .control import WorkerControl, worker_entry
 from .data import tokenized
@@ -185,7 +185,7 @@ def _planned_model(inp: WorkerInputs, model: Any, template: tuple[str, str], res
         plan_event["lora_target_modules"] = targets
         plan_event["reasons"] = {**plan_event["reasons"], "lora_target_modules": f"{shown}: {why}"}
     inp.emit("plan", **plan_event, parameters=params)
-    sharded_optimizer = plan.strategy.startswith("deepspeed") or plan.strategy == "tensor-parallel" \
+    sharded_optimizer = plan.strategy.startswith("deepspeed") or plan.strategy.endswith("-parallel") \
         or (plan.strategy == "fsdp" and inp.world > 1)
     if resume == "exact" and sharded_optimizer:
         # The resume state holds rank 0's optimizer as DDP has it; sharded optimizers are not restored yet.
@@ -258,6 +258,10 @@ def _trainer(inp: WorkerInputs, model: Any, tokenizer: Any, plan: Any, resume: s
     exact = resume == "exact"
     total_epochs = inp.planned_epochs if exact else max(1, inp.planned_epochs - inp.completed)
     args = _training_args(inp, plan, total_epochs, torch)
+    pipe = None
+    if plan.strategy == "pipeline-parallel":  # this rank keeps its stage's layers only (pipeline.py)
+        model = pipeline.split(model, inp.rank, tc.pipeline_parallel_size)
+        pipe = pipeline.Pipeline(model, tc, inp.spec.batch_size, args.device)
     if plan.strategy == "tensor-parallel":  # accelerate refuses its tensor-parallel setup on CPU (compat.py)
         compat.allow_cpu_tensor_parallel()
     if plan.strategy == "fsdp" and world > 1:  # FSDP2 before the optimizer is built (strategies.py)
@@ -274,7 +278,8 @@ def _trainer(inp: WorkerInputs, model: Any, tokenizer: Any, plan: Any, resume: s
         eval_steps=tc.eval_steps if val_rows else None,
         patience=Patience(tc.early_stopping_patience if val_rows else None, tc.early_stopping_threshold),
     )
-    trainer = compat.trainer_class()(
+    callback.token_copies = tc.model_parallel_size
+    trainer = compat.trainer_class(pipe)(
         model=model,
         args=args,
         train_dataset=HFDataset.from_list(inp.train_rows),
@@ -286,6 +291,8 @@ def _trainer(inp: WorkerInputs, model: Any, tokenizer: Any, plan: Any, resume: s
     callback.trainer = trainer
     if plan.strategy == "fsdp" and world > 1:
         strategies.keep_sharded(trainer)
+    if pipe is not None:  # a stage is not wrapped in DDP: its weights are its own
+        compat.keep_sharded(trainer, pipeline.is_stage)
     return trainer, callback
 
 
@@ -295,7 +302,7 @@ def _load_model(spec: JobSpec, tc: TrainingConfig, source: str | None, meta: dic
 
     # tensor parallelism: transformers splits each weight over the workers as it loads it (parallel.py)
     split = {"distributed_config": dc} if (dc := parallel.distributed_config(tc, world)) is not None else {}
-    if split:
+    if tc.model_parallel_size > 1:
         why = parallel.refusal(tc, AutoConfig.from_pretrained(source or base_path or orig_base), tc.method)
         if why:
             raise PlanError(f"{why[0]}: {why[1]}")

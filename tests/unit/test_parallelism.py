@@ -25,7 +25,7 @@ def test_defaults_are_one_and_in_the_schema():
     for key in ("tensor_parallel_size", "pipeline_parallel_size"):
         assert props[key]["type"] == "integer" and props[key]["minimum"] == 1 and props[key]["default"] == 1
     assert "CPU or GPU" in props["tensor_parallel_size"]["description"]
-    assert "not supported yet" in props["pipeline_parallel_size"]["description"]
+    assert "one per worker" in props["pipeline_parallel_size"]["description"]
 
 
 @pytest.mark.parametrize("key", ["tensor_parallel_size", "pipeline_parallel_size"])
@@ -47,20 +47,26 @@ def test_product_must_divide_workers():
                 training_config={"tensor_parallel_size": 2, "pipeline_parallel_size": 2})
 
 
-def test_tensor_parallel_is_accepted_on_cpu_and_gpu_pipeline_is_not_yet():
+def test_both_are_accepted_on_cpu_and_gpu_within_their_limits():
     for gpus in (0, 1):
         JobSpec(name="x", workers=2, gpus_per_worker=gpus, training_config={"tensor_parallel_size": 2})
         JobSpec(name="x", workers=4, gpus_per_worker=gpus,
                 training_config={"tensor_parallel_size": 2, "method": "full"})
-    with pytest.raises(ValidationError, match=r"pipeline_parallel_size > 1 is not supported yet"):
-        JobSpec(name="x", workers=2, training_config={"pipeline_parallel_size": 2})
+        JobSpec(name="x", workers=2, gpus_per_worker=gpus, training_config={"pipeline_parallel_size": 2})
+    with pytest.raises(ValidationError, match=r"pipeline_parallel_size \(2\) must equal workers \(4\)"):
+        JobSpec(name="x", workers=4, training_config={"pipeline_parallel_size": 2})
+    with pytest.raises(ValidationError, match="cannot both be > 1 yet"):
+        JobSpec(name="x", workers=4, training_config={"pipeline_parallel_size": 2, "tensor_parallel_size": 2})
+    with pytest.raises(ValidationError, match="packing cannot be combined with pipeline_parallel_size"):
+        JobSpec(name="x", workers=2, training_config={"pipeline_parallel_size": 2, "packing": True})
 
 
 @pytest.mark.parametrize("method", ["lora", "qlora"])
 def test_tensor_parallel_refuses_lora_naming_the_method(method):
     extra = {"quantization": "4bit"} if method == "qlora" else {}
-    with pytest.raises(ValidationError, match=rf"needs method 'full' \(not '{method}'\)"):
-        JobSpec(name="x", workers=2, training_config={"tensor_parallel_size": 2, "method": method, **extra})
+    for key in ("tensor_parallel_size", "pipeline_parallel_size"):
+        with pytest.raises(ValidationError, match=rf"{key} > 1 needs method 'full' \(not '{method}'\)"):
+            JobSpec(name="x", workers=2, training_config={key: 2, "method": method, **extra})
 
 
 def test_tensor_parallel_needs_pretrained_weights():
@@ -137,9 +143,12 @@ def test_preflight_reports_training_config_json_values(tmp_path):
     data = tmp_path / "training"
     shutil.copytree(EXAMPLE_DATA, data, ignore=shutil.ignore_patterns("checkpoints"))
     (data / "training_config.json").write_text('{"method": "lora", "pipeline_parallel_size": 2}')
+    out = preflight(JobSpec(name="pp", dataset_path=str(data), workers=3), quick=True)
+    fields = {e["field"]: e["message"] for e in out["errors"]}
+    assert "1 x 2 = 2 must divide workers (3)" in fields["training_config.pipeline_parallel_size"]
     out = preflight(JobSpec(name="pp", dataset_path=str(data), workers=2), quick=True)
     fields = {e["field"]: e["message"] for e in out["errors"]}
-    assert "pipeline_parallel_size > 1 is not supported yet" in fields["training_config.pipeline_parallel_size"]
+    assert "pipeline_parallel_size > 1 needs method 'full' (not 'lora')" in fields["training_config.method"]
 
 
 def test_preflight_names_the_method_when_training_config_json_asks_lora_with_tp(tmp_path):
@@ -149,3 +158,23 @@ def test_preflight_names_the_method_when_training_config_json_asks_lora_with_tp(
     out = preflight(JobSpec(name="tp", dataset_path=str(data), workers=2), quick=True)
     fields = {e["field"]: e["message"] for e in out["errors"]}
     assert "needs method 'full' (not 'lora')" in fields["training_config.method"]
+
+
+def test_plan_picks_pipeline_parallel_and_names_the_schedule():
+    tc = TrainingConfig(pipeline_parallel_size=2)
+    plan = make_plan(params=1e9, devices=[CPU], workers=2, config=tc)
+    assert (plan.strategy, plan.method) == ("pipeline-parallel", "full")
+    assert "2 stages over ranks 0-1, gpipe schedule with 4 micro-batches" in plan.reasons["strategy"]
+    assert plan.parallelism["mesh"] == {"pp": 2}
+
+
+def test_preflight_refuses_pipeline_stages_for_falcon_and_shows_them_for_llama(tiny_arch, tmp_path):
+    data = tmp_path / "training"
+    shutil.copytree(EXAMPLE_DATA, data, ignore=shutil.ignore_patterns("checkpoints"))
+    pp = {"pipeline_parallel_size": 2, "method": "full"}
+    falcon = JobSpec(name="pp", base_model=tiny_arch("falcon"), dataset_path=str(data), workers=2, training_config=pp)
+    fields = {e["field"]: e["message"] for e in preflight(falcon, quick=True)["errors"]}
+    assert "falcon cannot be split into pipeline stages" in fields["training_config.pipeline_parallel_size"]
+    out = preflight(falcon.model_copy(update={"base_model": tiny_arch("llama")}))
+    assert out["errors"] == [] and out["plan"]["strategy"] == "pipeline-parallel"
+    assert [s["layers"] for s in out["plan"]["parallelism"]["stages"]] == [[0, 0], [1, 1]]

@@ -23,7 +23,7 @@ export const CONFIG_GROUPS: readonly IConfigGroup[] = [
   { id: 'lora', title: 'LoRA', fields: ['lora_r', 'lora_alpha', 'lora_dropout', 'target_modules'] },
   {
     id: 'strategy',
-    title: 'Precision, strategy and DeepSpeed',
+    title: 'Precision, strategy, DeepSpeed and model parallelism',
     fields: [
       'mixed_precision',
       'strategy',
@@ -31,7 +31,9 @@ export const CONFIG_GROUPS: readonly IConfigGroup[] = [
       'gradient_checkpointing',
       'placement_strategy',
       'tensor_parallel_size',
-      'pipeline_parallel_size'
+      'pipeline_parallel_size',
+      'pipeline_schedule',
+      'pipeline_microbatches'
     ]
   },
   {

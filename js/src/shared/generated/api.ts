@@ -513,9 +513,17 @@ export interface TrainingConfig {
    */
   tensor_parallel_size?: number;
   /**
-   * Pipeline parallelism: split the layers into this many stages on different workers (1 = off; not supported yet; tensor_parallel_size x pipeline_parallel_size must divide workers)
+   * Pipeline parallelism: split the decoder layers into this many stages, one per worker (1 = off; CPU or GPU; method full; workers must equal it)
    */
   pipeline_parallel_size?: number;
+  /**
+   * Pipeline parallelism: micro-batches each batch is cut into; unset = 2 per stage (at most the batch size)
+   */
+  pipeline_microbatches?: number | null;
+  /**
+   * Pipeline parallelism: torch's GPipe schedule, or 1F1B (one forward, one backward)
+   */
+  pipeline_schedule?: 'gpipe' | '1f1b';
   /**
    * Where the Trainer reports (rank 0): tensorboard (runs/ in the checkpoint folder), mlflow (MLFLOW_TRACKING_URI), wandb (WANDB_PROJECT, WANDB_MODE), or none
    */

@@ -268,6 +268,9 @@ export interface StrategyEvent {
   tensor_parallel?: {
     [k: string]: unknown;
   } | null;
+  pipeline?: {
+    [k: string]: unknown;
+  } | null;
   device_flops?: number | null;
   flops_per_token?: number | null;
   expected_tokens_per_s?: number | null;
