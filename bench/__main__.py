@@ -62,29 +62,44 @@ def main(argv: list[str]) -> int:
         finally:
             ctx.close()
     meta = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": f"{os.cpu_count()} CPUs, {platform.machine()}",
-            "python": platform.python_version(), "total_s": round(time.time() - started, 1)}
+            "python": platform.python_version(), "total_s": round(time.time() - started, 1), "ran": wanted}
+    for res in results.values():
+        res.setdefault("when", meta["when"])
+    if argv:  # a subset: the other ids keep their last results, each with the date it was measured
+        results = {**_previous(), **results}
     (OUT / "latest.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
     (OUT / "latest.md").write_text(render(meta, results))
     print((OUT / "latest.md").read_text())
     return 0
 
 
+def _previous() -> dict[str, Any]:
+    try:
+        old = json.loads((OUT / "latest.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    when = old.get("meta", {}).get("when", "")
+    return {pid: {"when": when, **r} for pid, r in old.get("results", {}).items()}
+
+
 def render(meta: dict[str, Any], results: dict[str, Any]) -> str:
-    lines = [f"# Benchmarks ({meta['when']}, {meta['machine']}, {meta['total_s']} s)", "",
-             "| id | what | ours | baseline | ratio | goal | met |", "|---|---|---|---|---|---|---|"]
+    lines = [f"# Benchmarks ({meta['when']}, {meta['machine']}, {meta['total_s']} s; ran: "
+             f"{', '.join(meta.get('ran') or results)})", "",
+             "| id | what | ours | baseline | ratio | goal | met | measured |", "|---|---|---|---|---|---|---|---|"]
     for pid, (what, goal, check) in GOALS.items():
         r = results.get(pid)
         if r is None:
             continue
         if r.get("status") == "not measured":
-            lines.append(f"| {pid} | {what} | - | - | - | {goal} | not measured: {r['note']} |")
+            lines.append(f"| {pid} | {what} | - | - | - | {goal} | not measured: {r['note']} | {r.get('when', '')} |")
             continue
         ratio = r.get("ratio")
         met = r.get("met")
         if met is None and check is not None and ratio is not None:
             met = check(ratio)
         lines.append(f"| {pid} | {what} | {r.get('ours', '')} | {r.get('baseline', '')} | "
-                     f"{'' if ratio is None else f'{ratio:.3f}'} | {goal} | {'yes' if met else 'NO'} |")
+                     f"{'' if ratio is None else f'{ratio:.3f}'} | {goal} | {'yes' if met else 'NO'} | "
+                     f"{r.get('when', '')} |")
     lines.append("")
     for pid, r in results.items():
         if r.get("detail"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import os
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +115,7 @@ class EventsAndCheckpoints(TrainerCallback):
         self.last_t, self.last_tokens, self.last_step = self.t0, 0, 0
         #: workers that read each batch (tensor or pipeline parallel): the Trainer counts its tokens on each
         self.token_copies = 1
+        self.job_files = f"{job}-{uuid.uuid4().hex[:8]}"  # this run's tokenizer files (checkpoints.add_job_files)
         self.timing = StepTiming()
         self.first_step: int | None = None
         self.last_epoch_dir: str | None = None
@@ -149,6 +151,8 @@ class EventsAndCheckpoints(TrainerCallback):
     def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         # The Trainer's W&B integration leaves its run open (it would end at interpreter exit, which a Ray worker
         # may not reach cleanly): finish it, so the run folder holds its summary. MLflow's ends its own run.
+        if self.rank == 0:
+            checkpoints.remove_job_files(self.ckpt_root, self.job_files)
         targets = [args.report_to] if isinstance(args.report_to, str) else list(args.report_to or [])
         if self.rank == 0 and "wandb" in targets:
             import wandb
@@ -339,7 +343,7 @@ class EventsAndCheckpoints(TrainerCallback):
                     model.save_pretrained(tmp, safe_serialization=True, state_dict=self.full_state)
             else:
                 model.save_pretrained(tmp, safe_serialization=True)
-            tokenizer.save_pretrained(tmp)
+            checkpoints.add_job_files(self.ckpt_root, self.job_files, tmp, tokenizer.save_pretrained)
             st = tmp / checkpoints.STATE_DIR
             st.mkdir()
             sharded = trainer.is_deepspeed_enabled or getattr(self, "full_state", None) is not None

@@ -58,6 +58,8 @@ def claim(root: str, job: str, *, resuming_from: str | None = None) -> None:
         r.mkdir(parents=True, exist_ok=True)
         _atomic_write_text(owner_file, json.dumps({"job": job, "claimed_at": time.time()}))
         cleanup_stale(root)
+        for left in r.glob(f"{JOB_FILES}*"):  # an earlier job's, left by a crash (add_job_files)
+            shutil.rmtree(left, ignore_errors=True)
     except OSError as e:
         raise CheckpointError(f"checkpoint folder {root} is not writable: {e.strerror or e}") from e
 
@@ -98,6 +100,7 @@ def write_checkpoint(root: str, name: str, save: Callable[[Path], None], meta: d
         _fsync_tree(tmp)
         final = r / name
         move_into_place(tmp, final)
+        _fsync_dir(r)  # the rename itself is durable once the root's entry is
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -125,6 +128,14 @@ def _injected_fault(name: str, tmp: Path) -> None:
         return
     code = {"ENOSPC": errno.ENOSPC, "EACCES": errno.EACCES, "EROFS": errno.EROFS}.get(kind or "ENOSPC", errno.EIO)
     raise OSError(code, os.strerror(code), str(tmp / "model.safetensors"))
+
+
+DONE_MARK = ".complete"
+JOB_FILES = ".job-files-"
+
+
+def remove_job_files(root: str, key: str) -> None:
+    shutil.rmtree(Path(root) / f"{JOB_FILES}{key}", ignore_errors=True)
 
 
 def cleanup_stale(root: str) -> list[str]:
@@ -219,10 +230,56 @@ def stop_grace_seconds(base_model: str, method: str | None = None, override: flo
 
 
 def _fsync_tree(p: Path) -> None:
+    """Each file once, then each folder once (its entries: the files' names)."""
+    folders = [p]
     for f in p.rglob("*"):
-        if f.is_file():
+        if f.is_symlink():
+            continue
+        if f.is_dir():
+            folders.append(f)
+        elif f.is_file():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
+    for d in reversed(folders):
+        _fsync_dir(d)
+
+
+def _fsync_dir(d: Path) -> None:
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def add_job_files(root: str, key: str, dest: Path, write: Callable[[Path], None]) -> None:
+    """Files that stay the same for a whole run of a job (the tokenizer's, with its chat template): serialised
+    once, into root/.job-files-<key>/, then copied byte for byte into each checkpoint folder `dest` (a copy, not
+    a link: a user who edits one checkpoint's tokenizer_config.json changes that checkpoint only). `key` is one
+    run's (the job's name and a random part); the folder is removed when the run ends (`remove_job_files`), or
+    by the next job's claim on the folder after a crash."""
+    shared = Path(root) / f"{JOB_FILES}{key}"
+    if not (shared / DONE_MARK).exists():
+        tmp = Path(root) / f".tmp-job-files-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir(parents=True)
+        try:
+            write(tmp)
+            (tmp / DONE_MARK).write_text("")
+            if shared.exists():
+                shutil.rmtree(shared, ignore_errors=True)
+            os.rename(tmp, shared)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    for f in sorted(shared.rglob("*")):
+        if f.name == DONE_MARK:
+            continue
+        target = dest / f.relative_to(shared)
+        if f.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f, target)
 
 
 def point(root: str, link: str, target: str) -> None:
