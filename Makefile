@@ -122,6 +122,7 @@ test:
 
 bench: install
 	$(PY) -m bench
+	$(PY) -m bench.scale
 
 clean:
 	rm -rf $(VENV) js/node_modules js/lib jupyter_cleverthis/labextension jupyter_cleverthis/widgets/static .cache dist

@@ -151,8 +151,6 @@ class EventsAndCheckpoints(TrainerCallback):
     def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         # The Trainer's W&B integration leaves its run open (it would end at interpreter exit, which a Ray worker
         # may not reach cleanly): finish it, so the run folder holds its summary. MLflow's ends its own run.
-        if self.rank == 0:
-            checkpoints.remove_job_files(self.ckpt_root, self.job_files)
         targets = [args.report_to] if isinstance(args.report_to, str) else list(args.report_to or [])
         if self.rank == 0 and "wandb" in targets:
             import wandb

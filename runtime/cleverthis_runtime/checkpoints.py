@@ -256,8 +256,8 @@ def add_job_files(root: str, key: str, dest: Path, write: Callable[[Path], None]
     """Files that stay the same for a whole run of a job (the tokenizer's, with its chat template): serialised
     once, into root/.job-files-<key>/, then copied byte for byte into each checkpoint folder `dest` (a copy, not
     a link: a user who edits one checkpoint's tokenizer_config.json changes that checkpoint only). `key` is one
-    run's (the job's name and a random part); the folder is removed when the run ends (`remove_job_files`), or
-    by the next job's claim on the folder after a crash."""
+    run's (the job's name and a random part); the folder is removed when the run's training ends, finished or
+    failed (`remove_job_files`, train.py), or by the next job's claim on the folder after a killed worker."""
     shared = Path(root) / f"{JOB_FILES}{key}"
     if not (shared / DONE_MARK).exists():
         tmp = Path(root) / f".tmp-job-files-{uuid.uuid4().hex[:8]}"

@@ -98,7 +98,11 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
         callback.merge_base = base_path or inp.original_base
     exact = resume == "exact"
     state_dir = os.path.join(inp.source, checkpoints.STATE_DIR) if exact and inp.source else None
-    trainer.train(resume_from_checkpoint=state_dir)
+    try:
+        trainer.train(resume_from_checkpoint=state_dir)
+    finally:  # the tokenizer files the checkpoints were copied from (checkpoints.add_job_files), failed or not
+        if rank == 0:
+            checkpoints.remove_job_files(inp.ckpt_root, callback.job_files)
 
     # epoch-final and best were pointed by the callback as their checkpoints were written (before any
     # cancel acknowledgement lets the driver exit).
