@@ -113,3 +113,23 @@ def test_store_shared_by_processes_loses_and_repeats_nothing(tmp_path):
     assert [e["i"] for e in evs] == list(range(1, 4 * 200 + 100 + 1))
     assert sorted(e["seq"] for e in evs if e["src"] == "rank0") == list(range(1, 101))
     assert store.gaps("c", "j") == {}
+
+
+def test_a_hole_in_a_new_read_is_refilled_and_a_clean_store_is_not_rescanned(tmp_path, monkeypatch):
+    store = EventStore(tmp_path / "e.sqlite")
+    lines = [_line("rank0", k) for k in range(1, 7)]
+    store.ingest("c", "j", "".join(lines[:2]), final=False)
+    scans = []
+    real = EventStore.gaps
+    monkeypatch.setattr(EventStore, "gaps", lambda self, c, j: (scans.append(1), real(self, c, j))[1])
+    # a clean continuation: no whole-job scan
+    store.ingest("c", "j", "".join(lines[:3]), final=False)
+    assert scans == [] and [e["seq"] for e in store.events("c", "j")] == [1, 2, 3]
+    # a read whose new part skips line 5 (a tail that lost it) while the full log has it: refilled at once
+    text = "".join(lines)
+    cursor = len("".join(lines[:3]))
+    tail_lost = text[:cursor] + lines[3] + lines[5]
+    store.ingest("c", "j", tail_lost, final=False)
+    assert scans and sorted(e["seq"] for e in store.events("c", "j")) == [1, 2, 3, 4, 6]
+    store.ingest("c", "j", text + _line("rank0", 7), final=False)  # the hole is still known: the full log fills it
+    assert sorted(e["seq"] for e in store.events("c", "j")) == [1, 2, 3, 4, 5, 6, 7]
