@@ -53,8 +53,7 @@ def make_plan(*, params: float, devices: list[Device], workers: int, config: Tra
     dev = min(devices, key=lambda d: d.memory_bytes) if devices else Device("cpu", 16 * GB)
     reasons: dict[str, str] = {}
     on_gpu = dev.kind == "cuda"
-    problem = parallelism_error(config, framework="torch", workers=workers, gpus_per_worker=1.0 if on_gpu else 0.0,
-                                cuda_available=on_gpu)
+    problem = parallelism_error(config, framework="torch", workers=workers)
     if problem:
         raise PlanError(f"training_config: {problem}")
 

@@ -280,15 +280,13 @@ class JobSpec(_Strict):
             if tc.deepspeed is not None:
                 raise ValueError("framework tensorflow does not support LoRA or DeepSpeed (remove 'deepspeed')")
         if tc is not None:
-            problem = parallelism_error(tc, framework=self.framework, workers=self.workers,
-                                        gpus_per_worker=self.gpus_per_worker, job_type=self.job_type)
+            problem = parallelism_error(tc, framework=self.framework, workers=self.workers, job_type=self.job_type)
             if problem:
                 raise ValueError(problem)
         return self
 
 
-def parallelism_error(tc: TrainingConfig, *, framework: str, workers: int, gpus_per_worker: float = 0,
-                      cuda_available: bool | None = None, job_type: str = "finetune") -> str | None:
+def parallelism_error(tc: TrainingConfig, *, framework: str, workers: int, job_type: str = "finetune") -> str | None:
     """Why this job cannot use the requested tensor/pipeline parallelism, or None (1 x 1 always passes)."""
     problem = parallelism_problem(tc, framework=framework, workers=workers, job_type=job_type)
     return problem[1] if problem else None

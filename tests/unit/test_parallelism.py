@@ -87,7 +87,7 @@ def test_deepspeed_excludes_them():
 def test_ones_are_always_fine():
     JobSpec(name="x", workers=3, framework="tensorflow",
             training_config={"tensor_parallel_size": 1, "pipeline_parallel_size": 1})
-    assert parallelism_error(TrainingConfig(), framework="torch", workers=1, gpus_per_worker=0) is None
+    assert parallelism_error(TrainingConfig(), framework="torch", workers=1) is None
 
 
 def test_plan_picks_tensor_parallel_and_full_and_explains_the_mesh():
