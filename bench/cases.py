@@ -363,8 +363,8 @@ def p8(ctx: Context) -> dict[str, Any]:
         raw.mkdir(parents=True)
         t = time.perf_counter()
         save_file({k2: v.contiguous() for k2, v in model.state_dict().items()}, str(raw / "model.safetensors"))
-        _fsync(raw / "model.safetensors")  # a durable save: the file, then its folder's entry
-        _fsync(raw)
+        checkpoints.fsync_path(raw / "model.safetensors")  # a durable save: the file, then its folder's entry
+        checkpoints.fsync_path(raw)
         base.append(time.perf_counter() - t)
     shutil.rmtree(root, ignore_errors=True)
     o, b = med(ours), med(base)
@@ -373,14 +373,6 @@ def p8(ctx: Context) -> dict[str, Any]:
             "detail": f"P8: {size:.0f} MB of fp32 weights; ours = save_pretrained into a temp folder + "
                       "checkpoint.json + fsync + rename; baseline = one safetensors save_file, fsync of the file "
                       "and of its folder (a durable save)."}
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def p2(ctx: Context) -> dict[str, Any]:

@@ -100,7 +100,7 @@ def write_checkpoint(root: str, name: str, save: Callable[[Path], None], meta: d
         _fsync_tree(tmp)
         final = r / name
         move_into_place(tmp, final)
-        _fsync_dir(r)  # the rename itself is durable once the root's entry is
+        fsync_path(r)  # the rename itself is durable once the root's entry is
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -241,10 +241,11 @@ def _fsync_tree(p: Path) -> None:
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
     for d in reversed(folders):
-        _fsync_dir(d)
+        fsync_path(d)
 
 
-def _fsync_dir(d: Path) -> None:
+def fsync_path(d: Path) -> None:
+    """fsync a file or a folder (a folder's entries: the names of what it holds)."""
     fd = os.open(d, os.O_RDONLY)
     try:
         os.fsync(fd)

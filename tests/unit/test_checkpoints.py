@@ -44,8 +44,8 @@ def test_other_jobs_folder_is_refused_unless_resuming(tmp_path):
 
 def test_each_file_and_each_folder_is_fsynced_once_and_the_rename_too(tmp_path, monkeypatch):
     synced_dirs: list[str] = []
-    real = checkpoints._fsync_dir
-    monkeypatch.setattr(checkpoints, "_fsync_dir", lambda d: (synced_dirs.append(os.path.basename(d)), real(d)))
+    real = checkpoints.fsync_path
+    monkeypatch.setattr(checkpoints, "fsync_path", lambda d: (synced_dirs.append(os.path.basename(d)), real(d)))
 
     def save(d):
         (d / "model.safetensors").write_bytes(b"w")
