@@ -1,10 +1,7 @@
 """Tensor / pipeline parallelism options: validated in the spec, the pre-flight, the plan and the workers.
-(Training with tensor parallelism on the real cluster: tests/integration/test_parallelism.py.)"""
+(Training with tensor and pipeline parallelism on the real cluster: tests/integration/test_parallelism.py.)"""
 
 from __future__ import annotations
-
-import shutil
-from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -13,7 +10,6 @@ from cleverthis_runtime.plan import GB, Device, PlanError, make_plan
 from cleverthis_runtime.preflight import preflight
 from cleverthis_runtime.spec import JobSpec, TrainingConfig, parallelism_error
 
-EXAMPLE_DATA = Path(__file__).resolve().parents[2] / "examples" / "data"
 A100 = Device("cuda", 80 * GB, 8.0)
 CPU = Device("cpu", 64 * GB)
 
@@ -109,18 +105,16 @@ def test_plan_picks_tensor_parallel_and_full_and_explains_the_mesh():
     ("falcon", "tensor_parallel_size", "falcon has no tensor-parallel plan in transformers"),
     ("gpt2", "tensor_parallel_size", "gpt2 has no tensor-parallel plan in transformers"),
 ])
-def test_preflight_refuses_a_family_without_a_tp_plan(tiny_arch, tmp_path, arch, field, words):
-    data = tmp_path / "training"
-    shutil.copytree(EXAMPLE_DATA, data, ignore=shutil.ignore_patterns("checkpoints"))
+def test_preflight_refuses_a_family_without_a_tp_plan(tiny_arch, dataset, arch, field, words):
+    data = dataset
     spec = JobSpec(name="tp", base_model=tiny_arch(arch), dataset_path=str(data), workers=2,
                    training_config={"tensor_parallel_size": 2, "method": "full"})
     fields = {e["field"]: e["message"] for e in preflight(spec, quick=True)["errors"]}
     assert words in fields[f"training_config.{field}"], fields
 
 
-def test_preflight_refuses_heads_that_do_not_split(tiny_model, tmp_path):
-    data = tmp_path / "training"
-    shutil.copytree(EXAMPLE_DATA, data, ignore=shutil.ignore_patterns("checkpoints"))
+def test_preflight_refuses_heads_that_do_not_split(tiny_model, dataset):
+    data = dataset
     ok = JobSpec(name="tp", base_model=tiny_model, dataset_path=str(data), workers=2,
                  training_config={"tensor_parallel_size": 2, "method": "full"})
     assert preflight(ok, quick=True)["errors"] == []
@@ -129,9 +123,8 @@ def test_preflight_refuses_heads_that_do_not_split(tiny_model, tmp_path):
     assert "must divide the model's num_attention_heads (4)" in fields["training_config.tensor_parallel_size"]
 
 
-def test_full_preflight_shows_the_mesh_of_this_model(tiny_model, tmp_path):
-    data = tmp_path / "training"
-    shutil.copytree(EXAMPLE_DATA, data, ignore=shutil.ignore_patterns("checkpoints"))
+def test_full_preflight_shows_the_mesh_of_this_model(tiny_model, dataset):
+    data = dataset
     out = preflight(JobSpec(name="tp", base_model=tiny_model, dataset_path=str(data), workers=2,
                             training_config={"tensor_parallel_size": 2, "method": "full"}))
     assert out["errors"] == []
@@ -139,9 +132,8 @@ def test_full_preflight_shows_the_mesh_of_this_model(tiny_model, tmp_path):
     assert out["plan"]["parallelism"]["sharded_modules"]["layers.*.mlp.down_proj"] == "rowwise"
 
 
-def test_preflight_reports_training_config_json_values(tmp_path):
-    data = tmp_path / "training"
-    shutil.copytree(EXAMPLE_DATA, data, ignore=shutil.ignore_patterns("checkpoints"))
+def test_preflight_reports_training_config_json_values(dataset):
+    data = dataset
     (data / "training_config.json").write_text('{"method": "lora", "pipeline_parallel_size": 2}')
     out = preflight(JobSpec(name="pp", dataset_path=str(data), workers=3), quick=True)
     fields = {e["field"]: e["message"] for e in out["errors"]}
@@ -151,9 +143,8 @@ def test_preflight_reports_training_config_json_values(tmp_path):
     assert "pipeline_parallel_size > 1 needs method 'full' (not 'lora')" in fields["training_config.method"]
 
 
-def test_preflight_names_the_method_when_training_config_json_asks_lora_with_tp(tmp_path):
-    data = tmp_path / "training"
-    shutil.copytree(EXAMPLE_DATA, data, ignore=shutil.ignore_patterns("checkpoints"))
+def test_preflight_names_the_method_when_training_config_json_asks_lora_with_tp(dataset):
+    data = dataset
     (data / "training_config.json").write_text('{"method": "lora", "tensor_parallel_size": 2}')
     out = preflight(JobSpec(name="tp", dataset_path=str(data), workers=2), quick=True)
     fields = {e["field"]: e["message"] for e in out["errors"]}
@@ -168,9 +159,8 @@ def test_plan_picks_pipeline_parallel_and_names_the_schedule():
     assert plan.parallelism["mesh"] == {"pp": 2}
 
 
-def test_preflight_refuses_pipeline_stages_for_falcon_and_shows_them_for_llama(tiny_arch, tmp_path):
-    data = tmp_path / "training"
-    shutil.copytree(EXAMPLE_DATA, data, ignore=shutil.ignore_patterns("checkpoints"))
+def test_preflight_refuses_pipeline_stages_for_falcon_and_shows_them_for_llama(tiny_arch, dataset):
+    data = dataset
     pp = {"pipeline_parallel_size": 2, "method": "full"}
     falcon = JobSpec(name="pp", base_model=tiny_arch("falcon"), dataset_path=str(data), workers=2, training_config=pp)
     fields = {e["field"]: e["message"] for e in preflight(falcon, quick=True)["errors"]}
