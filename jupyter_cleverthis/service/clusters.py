@@ -87,9 +87,21 @@ def loopback_interface() -> str | None:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """One free loopback port. For several at once use `free_ports`: two calls here may give the same port."""
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` distinct free loopback ports: every socket stays bound until all are chosen, so the kernel cannot hand
+    the same port out twice (it did: `ray start` refused a metrics port equal to the agent's grpc port)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def _pid_alive(pid: int) -> bool:
@@ -191,8 +203,9 @@ class LocalCluster:
             f.seek(offset)
             return f.read()[-2000:]
 
-    def _agent_port(self) -> int:
-        return free_port()
+    def _agent_port(self, free: int) -> int:
+        """The dashboard agent's port: `free`, chosen with the others (a seam for the test of a taken port)."""
+        return free
 
     def _wait_for_agent(self) -> bool:
         """True once the agent answers; False when it said it cannot serve (its port was taken) or after a minute."""
@@ -216,11 +229,11 @@ class LocalCluster:
         (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, what Ray does on macOS and Windows); the node's address then
         stays 127.0.0.1, and the GCS, raylet, workers, agents and metrics exporters all bind to it. The cluster
         is for this machine: another node can still join it from here (the tests' second node does)."""
-        metrics_port = free_port() if metrics else None
+        gcs, dash, client, autoscaler_metrics, dashboard_metrics, metrics_port, agent = free_ports(7)
+        agent_port = self._agent_port(agent)
         # Ray's autoscaler and dashboard always serve their own Prometheus series, on fixed ports (44217, 44227)
         # unless told; free ones keep two users' clusters on one machine apart. Both bind to the node address.
-        own_metrics = {"AUTOSCALER_METRIC_PORT": str(free_port()), "DASHBOARD_METRIC_PORT": str(free_port())}
-        gcs, dash, agent_port = free_port(), free_port(), self._agent_port()
+        own_metrics = {"AUTOSCALER_METRIC_PORT": str(autoscaler_metrics), "DASHBOARD_METRIC_PORT": str(dashboard_metrics)}
         tag = hashlib.sha1(str(self.dir.resolve()).encode()).hexdigest()[:8]
         temp_dir = f"/tmp/cleverthis-ray-{tag}"
         ray_bin = str(Path(sys.executable).with_name("ray"))
@@ -228,10 +241,10 @@ class LocalCluster:
             ray_bin, "start", "--head", "--block", "--disable-usage-stats",
             "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
             f"--port={gcs}", f"--dashboard-port={dash}",
-            f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={agent_port}",
+            f"--ray-client-server-port={client}", f"--dashboard-agent-listen-port={agent_port}",
             f"--temp-dir={temp_dir}",
         ]  # fmt: skip
-        if metrics_port:
+        if metrics:
             cmd.append(f"--metrics-export-port={metrics_port}")
         if num_cpus is not None:
             cmd.append(f"--num-cpus={num_cpus}")
@@ -264,7 +277,7 @@ class LocalCluster:
             "gcs_address": f"127.0.0.1:{gcs}",
             "temp_dir": temp_dir,
             "agent_url": f"http://127.0.0.1:{agent_port}",
-            "metrics_url": f"http://127.0.0.1:{metrics_port}/metrics" if metrics_port else None,
+            "metrics_url": f"http://127.0.0.1:{metrics_port}/metrics" if metrics else None,
             "component_metrics_ports": {k: int(v) for k, v in own_metrics.items()},
             "started_at": time.time(),
         }

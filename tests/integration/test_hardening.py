@@ -304,8 +304,8 @@ def test_cluster_up_starts_again_when_the_job_agent_cannot_bind(tmp_path, monkey
     taken = squatter.getsockname()[1]
     picks: list[int] = []
 
-    def agent_port(self) -> int:
-        picks.append(taken if not picks else free_port())
+    def agent_port(self, free: int) -> int:
+        picks.append(taken if not picks else free)
         return picks[-1]
 
     monkeypatch.setattr(clusters.LocalCluster, "_agent_port", agent_port)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_cleverthis.service.clusters import LocalCluster, free_port
+from jupyter_cleverthis.service.clusters import LocalCluster, free_ports
 from jupyter_cleverthis.service.jobs import JobService
 from jupyter_cleverthis.service.probes import cluster_resources
 from jupyter_cleverthis.spec import JobSpec, JobStatus
@@ -36,13 +36,14 @@ def second_node(ray_cluster, cleverthis_home, tmp_path_factory):
     hf_home = tmp_path / "node2-hf"
     hf_home.mkdir()
     # the head listens on loopback only; Ray would send a joining node to the machine's address (see the script)
+    node_manager, object_manager, metrics, agent, agent_grpc, runtime_env = free_ports(6)
     cmd = [
         sys.executable, str(Path(__file__).with_name("loopback_ray_node.py")), "start", f"--address={st['gcs_address']}", "--block", "--disable-usage-stats",
         "--node-ip-address=127.0.0.1", "--num-cpus=1", "--num-gpus=0", f"--resources={json.dumps({'node2': 1})}",
-        "--object-store-memory=100000000", f"--node-manager-port={free_port()}",
-        f"--object-manager-port={free_port()}", f"--metrics-export-port={free_port()}",
-        f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
-        f"--runtime-env-agent-port={free_port()}",
+        "--object-store-memory=100000000", f"--node-manager-port={node_manager}",
+        f"--object-manager-port={object_manager}", f"--metrics-export-port={metrics}",
+        f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
+        f"--runtime-env-agent-port={runtime_env}",
     ]  # fmt: skip
     env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(local.token_file), HF_HOME=str(hf_home),
                RAY_USAGE_STATS_ENABLED="0", PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")

@@ -11,7 +11,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -23,6 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+from jupyter_cleverthis.service.clusters import free_port
 
 from .helpers import wait_http
 
@@ -48,12 +49,6 @@ def _chromium() -> str | None:
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600, check=False)
         return shutil.which("chromium")
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -118,7 +113,7 @@ def run_lab(base: Path, name: str = "jupyter-lab", env: dict[str, str] | None = 
     notification = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     notification.parent.mkdir(parents=True)
     notification.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
-    token, port = secrets.token_hex(16), _free_port()
+    token, port = secrets.token_hex(16), free_port()
     env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTER_RUNTIME_DIR=str(runtime), **(env or {}))
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     log_path = ARTIFACTS / f"{name}.log"

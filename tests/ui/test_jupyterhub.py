@@ -20,7 +20,7 @@ pytest.importorskip("playwright.sync_api", reason="playwright is missing (pip in
 
 from playwright.sync_api import Browser, Page, expect  # noqa: E402
 
-from jupyter_cleverthis.service.clusters import free_port  # noqa: E402
+from jupyter_cleverthis.service.clusters import free_ports  # noqa: E402
 
 from .conftest import ARTIFACTS  # noqa: E402
 from .helpers import JOB_DONE_S, job_tab, open_training_panel, tab_badge, unique, wait_http  # noqa: E402
@@ -42,7 +42,7 @@ def _proxy() -> str:
 @pytest.fixture(scope="module")
 def hub(ray_cluster, cleverthis_home: Path, tmp_path_factory) -> Iterator[str]:
     base = tmp_path_factory.mktemp("hub")
-    port, api_port, hub_port = free_port(), free_port(), free_port()
+    port, api_port, hub_port = free_ports(3)
     for user in ("alice", "bob"):
         (base / "home" / user).mkdir(parents=True)
     settings = base / "lab-settings"

@@ -53,3 +53,14 @@ def test_other_start_failures_are_reported_with_what_ray_said(monkeypatch, tmp_p
     with pytest.raises(ClusterError, match="Address already in use"):
         cluster.up(timeout=2)
     assert launches == [None]
+
+
+def test_free_ports_are_distinct_and_bindable() -> None:
+    """`ray start` refuses one port given to two of its components; ports closed one by one can repeat."""
+    import socket
+
+    ports = clusters.free_ports(40)
+    assert len(set(ports)) == 40
+    for port in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
