@@ -1,5 +1,5 @@
 """What the browser reaches on a cluster through the server: the dashboard (for "Open Ray Dashboard" behind
-JupyterHub) and the live log tail (a websocket relaying Ray's own). Configured clusters only; the Ray token
+JupyterHub) and the live log tail (a websocket fed by service/log_stream.py). Configured clusters only; the Ray token
 is added here and never reaches the browser.
 """
 
@@ -17,6 +17,7 @@ from jupyter_server.base.websocket import WebSocketMixin
 from tornado import httpclient, web, websocket
 
 from ..errors import BadRequest, CleverThisError, ClusterNotFound
+from ..service.log_stream import follow_job_log, job_info
 from .handlers import RESOURCE, BaseHandler, api
 
 log = logging.getLogger(__name__)
@@ -56,9 +57,9 @@ class DashboardProxyHandler(BaseHandler):
 
 
 class LogTailHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler):  # type: ignore[misc]
-    """Relays Ray's `/api/jobs/{id}/logs/tail` websocket (plain-text frames) to the browser."""
+    """The job's log, live, as plain-text frames (service/log_stream.py: Ray's state API stream, else its tail);
+    the socket closes when the job is over and its log has been sent."""
 
-    upstream: Any = None
     auth_resource = RESOURCE
 
     @authorized
@@ -67,15 +68,16 @@ class LogTailHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler)
             raise web.HTTPError(403)
         cluster, name = args
         try:
-            cfg = configured_cluster(self, cluster)
+            self._cfg = configured_cluster(self, cluster)
         except CleverThisError as e:
             raise web.HTTPError(e.status, e.message) from e
-        url = cfg.address.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
-        req = httpclient.HTTPRequest(f"{url}/api/jobs/{name}/logs/tail", headers=cfg.headers())
         try:
-            self.upstream = await websocket.websocket_connect(req)
-        except (OSError, httpclient.HTTPClientError) as e:
-            raise web.HTTPError(502, f"cannot tail logs of '{name}': {e}") from e
+            self._info = await asyncio.get_running_loop().run_in_executor(None, job_info, self._cfg, name)
+        except (OSError, ValueError) as e:  # requests' errors are OSErrors; a body that is not JSON, ValueError
+            raise web.HTTPError(502, f"cannot follow the log of '{name}': cluster '{cluster}' did not answer") from e
+        if self._info is None:
+            raise web.HTTPError(404, f"no job named '{name}' on cluster '{cluster}'")
+        self._name = name
         await super().get(*args, **kwargs)
 
     def open(self, *args: Any, **kwargs: Any) -> None:
@@ -84,13 +86,12 @@ class LogTailHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler)
 
     async def _relay(self) -> None:
         try:
-            while True:
-                msg = await self.upstream.read_message()
-                if msg is None:
-                    break
-                await self.write_message(msg)
+            async for text in follow_job_log(self._cfg, self._name, self._info):
+                await self.write_message(text)
         except (websocket.WebSocketClosedError, asyncio.CancelledError):
             pass
+        except Exception as e:  # noqa: BLE001 - the socket closes; the detail's refresh still shows the log
+            log.warning("log of %s: %s", self._name, e)
         finally:
             self.close()
 
@@ -98,5 +99,6 @@ class LogTailHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler)
         return None
 
     def on_close(self) -> None:
-        if self.upstream is not None:
-            self.upstream.close()
+        task = getattr(self, "_relay_task", None)
+        if task is not None:
+            task.cancel()

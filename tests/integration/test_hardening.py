@@ -9,6 +9,7 @@ Figures are printed (`-s`) and quoted in the README's "Reliability" section.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import statistics
@@ -22,7 +23,7 @@ import pytest
 import requests
 
 from cleverthis_runtime.events import PREFIX, parse_events
-from jupyter_cleverthis.service import jobs
+from jupyter_cleverthis.service import jobs, log_stream
 from jupyter_cleverthis.service.clusters import ClusterRegistry, LocalCluster, free_port
 from jupyter_cleverthis.service.jobs import MARK, JobService
 from jupyter_cleverthis.service.store import EventStore
@@ -216,6 +217,34 @@ async def test_50_websocket_tails_for_60s_drop_no_event(jp_ws_fetch, ray_cluster
     assert all(complete), f"{complete.count(False)} of {clients} tails missed events"
     assert took >= n / rate * 0.9  # they really tailed a live job for the whole minute
     print(f"\n{clients} websocket tails x {took:.0f}s: {clients * (n + 2)} events delivered, 0 dropped")
+
+
+async def test_a_log_follow_sends_every_line_ends_with_the_job_and_falls_back_to_rays_tail(
+        ray_cluster, emitter, job_name, tmp_path, monkeypatch, caplog):
+    """The live log (service/log_stream.py): Ray's state API stream while the job runs, every line, ending once
+    the job is over; and Ray's own job tail where that stream cannot be had (here: a path the dashboard lacks)."""
+    svc = JobService()
+    cfg = svc.cluster("local")
+    caplog.set_level(logging.INFO, logger=log_stream.__name__)
+    texts = {}
+    for name, api in ((job_name, log_stream.STREAM_API), (f"{job_name}-fallback", "/api/v0/logs/no-such-stream")):
+        monkeypatch.setattr(log_stream, "STREAM_API", api)
+        gate = tmp_path / f"{name}.go"
+        submit(svc, "local", name, emitter, n=40, rate=20, gate=gate)
+        await asyncio.get_running_loop().run_in_executor(None, wait_status, svc, "local", name, {"RUNNING"})
+
+        async def follow(name: str = name) -> str:
+            return "".join([text async for text in log_stream.follow_job_log(cfg, name)])
+
+        task = asyncio.ensure_future(follow())
+        await asyncio.sleep(1)  # following before the steps start: they arrive live
+        gate.touch()
+        texts[name] = await asyncio.wait_for(task, timeout=120)
+        assert svc.client("local").get_job_status(name).value == "SUCCEEDED"  # it ended once the job had
+    for name, text in texts.items():
+        assert seqs(list(parse_events(text.splitlines()))) == list(range(1, 43)), name
+    fell_back = [r.getMessage() for r in caplog.records if "stream unavailable" in r.getMessage()]
+    assert len(fell_back) == 1 and f"{job_name}-fallback" in fell_back[0], fell_back
 
 
 # -- a job flooding its log -------------------------------------------------------------------------------------
