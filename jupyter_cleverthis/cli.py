@@ -257,22 +257,23 @@ def _show(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:
     return d
 
 
-def _logs(a: argparse.Namespace, out: Callable[[str], None], svc: Any, *, poll: float = 1.0) -> Any:
-    page = svc.logs(a.cluster, a.name)
-    if page["text"]:
-        out(page["text"].rstrip("\n"))
+def _logs(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:
     if not a.follow:
-        return page["text"]
-    offset = page["next"]
-    while True:  # what was added since, until the job has ended and its log is read to the end
-        ended = svc.get(a.cluster, a.name).status.is_terminal()
-        page = svc.logs(a.cluster, a.name, offset=offset)
+        page = svc.logs(a.cluster, a.name)
         if page["text"]:
             out(page["text"].rstrip("\n"))
-        offset = page["next"]
-        if ended:
-            return None
-        time.sleep(poll)
+        return page["text"]
+    from .service.log_stream import iter_job_log  # aiohttp: only for a follow
+
+    svc.get(a.cluster, a.name)  # an unknown job is a clear error, not an empty follow
+    rest = ""  # the log from its start, line by line as it is written, until the job has ended
+    for text in iter_job_log(svc.cluster(a.cluster), a.name):
+        *lines, rest = (rest + text).split("\n")
+        if lines:
+            out("\n".join(lines))
+    if rest:
+        out(rest)
+    return None
 
 
 def _resume(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:

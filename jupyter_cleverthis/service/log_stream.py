@@ -14,8 +14,10 @@ from __future__ import annotations
 import asyncio
 import codecs
 import logging
+import queue
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
@@ -64,6 +66,27 @@ async def follow_job_log(cfg: ClusterConfig, name: str, info: dict[str, Any] | N
         log.info("log of %s: Ray's state API stream unavailable (%s); following Ray's job tail", name, e)
     async for text in _follow_ray_tail(cfg, name):
         yield text
+
+
+def iter_job_log(cfg: ClusterConfig, name: str) -> Iterator[str]:
+    """`follow_job_log` for a synchronous caller (the CLI; `%train logs --follow` in a kernel, whose own event
+    loop is already running): the follow runs on an event loop of its own in a thread."""
+    items: queue.Queue[str | BaseException | None] = queue.Queue()
+
+    async def pump() -> None:
+        try:
+            async for text in follow_job_log(cfg, name):
+                items.put(text)
+        except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
+            items.put(e)
+        finally:
+            items.put(None)
+
+    threading.Thread(target=asyncio.run, args=(pump(),), name="cleverthis-log-follow", daemon=True).start()
+    while (item := items.get()) is not None:
+        if isinstance(item, BaseException):
+            raise item
+        yield item
 
 
 async def _get_json(session: aiohttp.ClientSession, url: str) -> dict[str, Any] | None:

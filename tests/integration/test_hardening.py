@@ -23,6 +23,7 @@ import pytest
 import requests
 
 from cleverthis_runtime.events import PREFIX, parse_events
+from jupyter_cleverthis import cli
 from jupyter_cleverthis.service import jobs, log_stream
 from jupyter_cleverthis.service.clusters import ClusterRegistry, LocalCluster, free_port
 from jupyter_cleverthis.service.jobs import MARK, JobService
@@ -237,14 +238,21 @@ async def test_a_log_follow_sends_every_line_ends_with_the_job_and_falls_back_to
             return "".join([text async for text in log_stream.follow_job_log(cfg, name)])
 
         task = asyncio.ensure_future(follow())
+        # `cleverthis-train logs NAME --follow` (and `%train logs`), beside it: the same follow, line by line
+        printed: list[str] = []
+        cli_follow = asyncio.get_running_loop().run_in_executor(
+            None, cli.execute, cli.parse(["logs", name, "--follow", "--cluster", "local"]), printed.append)
         await asyncio.sleep(1)  # following before the steps start: they arrive live
         gate.touch()
         texts[name] = await asyncio.wait_for(task, timeout=120)
         assert svc.client("local").get_job_status(name).value == "SUCCEEDED"  # it ended once the job had
+        await asyncio.wait_for(cli_follow, timeout=60)
+        texts[f"{name} (cli)"] = "\n".join(printed)
     for name, text in texts.items():
         assert seqs(list(parse_events(text.splitlines()))) == list(range(1, 43)), name
     fell_back = [r.getMessage() for r in caplog.records if "stream unavailable" in r.getMessage()]
-    assert len(fell_back) == 1 and f"{job_name}-fallback" in fell_back[0], fell_back
+    # the fallback job's two follows (ours and the CLI's) fell back, and nothing else did
+    assert len(fell_back) == 2 and all(f"{job_name}-fallback:" in m for m in fell_back), fell_back
 
 
 # -- a job flooding its log -------------------------------------------------------------------------------------

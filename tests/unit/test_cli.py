@@ -115,17 +115,23 @@ class _FakeService:
                 return d
 
 
-def test_logs_follow_prints_what_was_added_until_the_job_ends():
+def test_logs_follow_prints_whole_lines_as_the_follow_brings_them(monkeypatch):
+    """The follow itself (Ray's log stream) is tested on the real cluster (test_hardening); here: chunks that cut
+    lines anywhere are printed as whole lines, each once, and a last line without a newline is not lost."""
     from jupyter_cleverthis.cli import _logs
+    from jupyter_cleverthis.service import log_stream
     from jupyter_cleverthis.spec import JobStatus
 
-    out, svc = [], _FakeService(JobStatus.SUCCEEDED)
-    _logs(parse(["logs", "j", "--follow"]), out.append, svc, poll=0)
-    text = "\n".join(out)
-    assert text.splitlines() == [f"line {k}" for k in range(1, 5)]  # each line once, the last read after the end
-    assert svc.gets == 3
+    followed = []
+    monkeypatch.setattr(log_stream, "iter_job_log", lambda cfg, name: followed.append(name) or
+                        iter(["line 1\nli", "ne 2", "\n", "line 3\nline 4"]))
+    svc = _FakeService(JobStatus.SUCCEEDED)
+    svc.cluster = lambda name: f"cfg {name}"
+    out = []
+    _logs(parse(["logs", "j", "--follow"]), out.append, svc)
+    assert "\n".join(out).splitlines() == [f"line {k}" for k in range(1, 5)] and followed == ["j"]
     out.clear()
-    _logs(parse(["logs", "j"]), out.append, _FakeService(JobStatus.SUCCEEDED), poll=0)
+    _logs(parse(["logs", "j"]), out.append, _FakeService(JobStatus.SUCCEEDED))
     assert out == ["line 1"]
 
 
