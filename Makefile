@@ -20,7 +20,7 @@ export CLEVERTHIS_TF_PYTHON ?= $(TF_ENV)/bin/python
 export CLEVERTHIS_STAGES ?= $(CURDIR)/.cache/stages.txt
 STAGE := $(CURDIR)/.ci/stage
 
-.PHONY: wheel-venv test-wheel-check test-serial hub-proxy install install-tf demo test test-fast lint test-unit test-js types test-wheel test-pytest test-ui bench clean chromium
+.PHONY: wheel-venv test-wheel-check test-serial test-late hub-proxy install install-tf demo test test-fast lint test-unit test-js types test-wheel test-pytest test-ui bench clean chromium
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -115,10 +115,16 @@ test:
 	@# The wheel's build and fresh venv (single-core pip, like the dev install) use the second core meanwhile.
 	$(STAGE) install $(MAKE) --no-print-directory -j3 -Otarget wheel-venv install-tf chromium hub-proxy
 	$(STAGE) lint+js $(MAKE) --no-print-directory lint test-js
-	@# The wheel check runs alone. Beside the pytest stage (load 11 on 2 cores) its pip took over 900 s instead of
-	@# ~150 s (session 14); beside the browser tests, two of those timed out (session 10).
-	$(MAKE) --no-print-directory test-wheel-check test-pytest
-	$(MAKE) --no-print-directory -j2 -Otarget test-serial test-ui
+	$(MAKE) --no-print-directory test-pytest
+	$(MAKE) --no-print-directory -j2 -Otarget test-late test-ui
+
+# The last lane beside the browser tests: the serial tests, then the wheel check (its venv was made in the install
+# stage; what is left is a Ray head and two tiny jobs, ~2 min). The lane ran ~2.5 min shorter than the browser
+# tests, and the check then cost a stage of its own. At most one Ray head runs in this lane at a time, at the
+# serial lane's lower priority. (Its pip, when the check still installed the wheel, took 900 s beside pytest.)
+test-late: install-tf
+	$(MAKE) --no-print-directory test-serial
+	$(SERIAL_NICE) $(MAKE) --no-print-directory test-wheel-check
 
 bench: install
 	$(PY) -m bench

@@ -218,25 +218,70 @@ def _steady(rates: list[float], skip: int = 5) -> float:
     return med(xs) if xs else 0.0
 
 
+# A Ray Train job that holds the processes a job has (its driver, supervisor, TrainController, one worker with
+# 2 CPUs) and trains nothing: its worker waits for a file. The plain Trainer runs beside it, outside Ray.
+HOLDER_JOB = textwrap.dedent("""
+    import os, sys, time
+    from ray.train import ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    def loop(cfg):
+        print("HOLDING", flush=True)
+        while not os.path.exists(cfg["release"]):
+            time.sleep(0.2)
+
+    TorchTrainer(loop, train_loop_config={"release": sys.argv[1]},
+                 scaling_config=ScalingConfig(num_workers=1, resources_per_worker={"CPU": 2})).fit()
+""")
+
+
+def _plain_rates(model: str, data: Path) -> list[float]:
+    """The plain Trainer in a fresh process (2 threads, batch 8): its per-step tokens/s."""
+    root = [str(Path(__file__).parents[1])]
+    code = (f"import sys, json; sys.path[:0] = {root!r}; from bench.cases import _plain_trainer_tokens_per_s as f; "
+            f"print('RATES', json.dumps(f({model!r}, __import__('pathlib').Path({str(data)!r}), 2, 8)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return list(json.loads([ln for ln in out.splitlines() if ln.startswith("RATES")][-1][6:]))
+
+
+def _plain_beside_ray(ctx: Context, model: str, data: Path, k: int) -> list[float]:
+    """The plain Trainer while a holder job keeps Ray's per-job processes alive (HOLDER_JOB)."""
+    client = ctx.service().client("local")
+    script, release = ctx.tmp / "holder_job.py", ctx.tmp / f"release-{k}"
+    script.write_text(HOLDER_JOB)
+    sid = client.submit_job(entrypoint=f"python {script} {release}")
+    end = time.time() + 300
+    while "HOLDING" not in client.get_job_logs(sid):
+        if time.time() > end or str(client.get_job_status(sid)).endswith(("SUCCEEDED", "FAILED", "STOPPED")):
+            raise NotMeasured(f"the holder job did not start: {client.get_job_logs(sid)[-500:]}")
+        time.sleep(0.5)
+    try:
+        return _plain_rates(model, data)
+    finally:
+        release.touch()
+        while not str(client.get_job_status(sid)).endswith(("SUCCEEDED", "FAILED", "STOPPED")):
+            time.sleep(0.5)
+
+
 def p1(ctx: Context) -> dict[str, Any]:
     model, data = ctx.model(), ctx.data()
-    ours, base = [], []
+    ours, base, beside = [], [], []
     for k in range(REPEATS):
         _, evs, _ = ctx.run_job(f"bench-p1-{int(time.time())}-{k}", base_model=model, dataset_path=str(data),
                                 epochs=1, batch_size=8, workers=1, cpus_per_worker=2,
                                 output_dir=str(ctx.tmp / f"ck-p1-{k}"))
         ours.append(_steady([e.get("tokens_per_s") or 0 for e in evs if e["type"] == "step"]))
-        root = [str(Path(__file__).parents[1])]
-        code = (f"import sys, json; sys.path[:0] = {root!r}; from bench.cases import _plain_trainer_tokens_per_s as f; "
-                f"print('RATES', json.dumps(f({model!r}, __import__('pathlib').Path({str(data)!r}), 2, 8)))")
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-        rates = json.loads([ln for ln in out.splitlines() if ln.startswith("RATES")][-1][6:])
-        base.append(_steady(rates))
-    o, b = med(ours), med(base)
+        base.append(_steady(_plain_rates(model, data)))
+        beside.append(_steady(_plain_beside_ray(ctx, model, data, k)))
+    o, b, r = med(ours), med(base), med(beside)
     return {"ours": f"{o:,.0f} tok/s", "baseline": f"{b:,.0f} tok/s", "ratio": o / b,
-            "samples": {"ours": ours, "baseline": base},
+            "beside_ray": r, "vs_beside_ray": o / r,
+            "samples": {"ours": ours, "baseline": base, "baseline_beside_ray": beside},
             "detail": f"P1: median steady-state (steps 6+) non-padding tokens/s over {REPEATS} alternating runs; "
-                      "small Llama (hidden 256, 4 layers), batch 8, full fine-tune, 2 threads each."}
+                      "small Llama (hidden 256, 4 layers), batch 8, full fine-tune, 2 threads each. The same plain "
+                      f"Trainer beside an idle Ray Train job (its driver, supervisor, controller and a waiting "
+                      f"worker): {r:,.0f} tok/s, so the plain Trainer itself runs at {r / b:.2f} of its alone speed "
+                      f"beside Ray's processes, and ours is {o / r:.2f} of it."}
 
 
 # -- P3 ------------------------------------------------------------------------------------------------------------
