@@ -180,6 +180,14 @@ class JobService:
         """Export merged: checkpoint `checkpoint` of job `name` as a standalone fp16/bf16 folder (exports.py)."""
         return export_checkpoint(self, cluster, name, checkpoint, dtype, user=user)
 
+    def chat(self, cluster: str, *, job: str | None, sources: list[str], prompt: str, **settings: Any
+             ) -> list[dict[str, Any]]:
+        """The same prompt to each source (a job's checkpoints by name, or model folders), answered on the
+        cluster; `on_text(index, piece)` receives the answers as they are generated (chat.py)."""
+        from .chat import chat
+
+        return chat(self, cluster, job=job, sources=sources, prompt=prompt, **settings)
+
     # -- read -------------------------------------------------------------------------------------------------
     def list(self, cluster: str, *, status: str | None = None, owner: str | None = None,
              sort: str = "-created_at", offset: int = 0, limit: int | None = None) -> list[JobSummary]:

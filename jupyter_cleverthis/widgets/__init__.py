@@ -1,4 +1,5 @@
-"""Notebook widgets for training jobs: `CreateJobForm`, `JobList`, `JobView`, `LogStream`, `LossCurve`.
+"""Notebook widgets for training jobs: `CreateJobForm`, `JobList`, `JobView`, `LogStream`, `LossCurve`,
+`ChatWithCheckpoint`.
 
 Job-scoped widgets take the job (a `jupyter_cleverthis.Job` or its name) first; `LossCurve` also takes a
 list of jobs to compare. They refresh from the kernel's event loop without blocking it.
@@ -9,11 +10,12 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from .chat import ChatWithCheckpoint
 from .curve import LossCurve
 from .jobs import CreateJobForm, JobList, JobView, LogStream
 from .live import JobProgress
 
-__all__ = ["CreateJobForm", "JobList", "JobProgress", "JobView", "LogStream", "LossCurve"]
+__all__ = ["ChatWithCheckpoint", "CreateJobForm", "JobList", "JobProgress", "JobView", "LogStream", "LossCurve"]
 
 
 def __getattr__(name: str) -> Any:

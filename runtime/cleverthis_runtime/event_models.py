@@ -11,7 +11,19 @@ from __future__ import annotations
 import enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import Field, TypeAdapter, ValidationError
+
+from .event_base import Event
+from .helper_events import (  # the helper jobs' events (pre-flight, download, export, chat)
+    ChatAnswerEvent,
+    ChatEvent,
+    ChatTextEvent,
+    DownloadDoneEvent,
+    DownloadEvent,
+    DownloadProgressEvent,
+    ExportEvent,
+    PreflightEvent,
+)
 
 
 class Phase(str, enum.Enum):
@@ -37,16 +49,6 @@ class Phase(str, enum.Enum):
 QUEUED_PHASES = frozenset({Phase.initializing, Phase.starting_workers})
 INITIALIZING_PHASES = frozenset({Phase.loading_data, Phase.loading_model, Phase.downloading})
 FINAL_PHASES = frozenset({Phase.cancelled, Phase.failed, Phase.succeeded})
-
-
-class Event(BaseModel):
-    """The envelope every event line has."""
-
-    model_config = ConfigDict(extra="allow")
-    src: str | None = None
-    seq: int = 0
-    t: float | None = None
-    type: str
 
 
 class PhaseEvent(Event):
@@ -291,68 +293,11 @@ class UtilisationEvent(Event):
     gpu_error: str | None = None
 
 
-class DownloadProgressEvent(Event):
-    type: Literal["download_progress"]
-    model: str
-    node: str | None = None
-    what: str | None = None
-    downloaded: int = 0
-    total: int | None = None
-
-
-class DownloadDoneEvent(Event):
-    type: Literal["download_done"]
-    model: str
-    path: str
-    seconds: float | None = None
-
-
-class DownloadEvent(Event):
-    """The answer of a pre-fetch helper job (`model.download`): per node, cached or downloaded."""
-
-    type: Literal["download"]
-    model: str
-    revision: str | None = None
-    ok: bool
-    nodes: list[dict[str, Any]] = Field(default_factory=list)
-    seconds: float | None = None
-    error: str | None = None
-
-
-class FieldProblem(BaseModel):
-    """One pre-flight error: the spec field, the message and, for a dataset's bad line, its path, line and text."""
-
-    field: str
-    message: str
-    path: str | None = None
-    line: int | None = None
-    text: str | None = None
-
-
-class PreflightEvent(Event):
-    """The answer of a pre-flight helper job: errors by field, warnings, and the facts it measured."""
-
-    type: Literal["preflight"]
-    errors: list[FieldProblem] = Field(default_factory=list)
-    warnings: list[str] = Field(default_factory=list)
-
-
-class ExportEvent(Event):
-    """The answer of an export helper job (export.py): the standalone fp16/bf16 folder written, or the error."""
-
-    type: Literal["export"]
-    source: str
-    path: str | None = None
-    dtype: str | None = None
-    size_bytes: int | None = None
-    error: str | None = None
-
-
 MODELS: tuple[type[Event], ...] = (
     PhaseEvent, ConfigEvent, WorkerEvent, ErrorEvent, WorkerErrorEvent, DatasetEvent, PackingEvent, PlanEvent,
     WarningEvent, ResumeEvent, RecoveryEvent, CheckpointEvent, StrategyEvent, TrackingEvent, StepEvent, EpochEvent,
     ValidationEvent, EarlyStopEvent, UtilisationEvent, DownloadProgressEvent, DownloadDoneEvent, DownloadEvent,
-    PreflightEvent, ExportEvent,
+    PreflightEvent, ExportEvent, ChatTextEvent, ChatAnswerEvent, ChatEvent,
 )
 BY_TYPE: dict[str, type[Event]] = {m.model_fields["type"].annotation.__args__[0]: m for m in MODELS}  # type: ignore[union-attr]
 
@@ -360,7 +305,8 @@ AnyEvent = Annotated[
     PhaseEvent | ConfigEvent | WorkerEvent | ErrorEvent | WorkerErrorEvent | DatasetEvent | PackingEvent
     | PlanEvent | WarningEvent | ResumeEvent | RecoveryEvent | CheckpointEvent | StrategyEvent | TrackingEvent
     | StepEvent | EpochEvent | ValidationEvent | EarlyStopEvent | UtilisationEvent | DownloadProgressEvent
-    | DownloadDoneEvent | DownloadEvent | PreflightEvent | ExportEvent,
+    | DownloadDoneEvent | DownloadEvent | PreflightEvent | ExportEvent | ChatTextEvent | ChatAnswerEvent
+    | ChatEvent,
     Field(discriminator="type"),
 ]
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(AnyEvent)

@@ -164,6 +164,33 @@ def test_lora_finetune_two_epochs(ray_cluster, tiny_model, dataset, job_name, cl
     for (k, v), (k2, v2) in zip(bf16.state_dict().items(), merged.state_dict().items(), strict=True):
         assert k == k2 and torch.allclose(v.float(), v2, atol=1e-2, rtol=1e-2), k
 
+    # Chat with a checkpoint: epoch-1 and epoch-final side by side in the widget, generated on the cluster, each
+    # answer exactly what that checkpoint generates here; then epoch-final served as base plus adapter.
+    from jupyter_cleverthis import Job
+    from jupyter_cleverthis.widgets import ChatWithCheckpoint
+
+    prompt = "Add the numbers\n\n2 + 3"
+    tok = AutoTokenizer.from_pretrained(str(root / "epoch-final"))
+    ids = tok(tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                      tokenize=False), return_tensors="pt", add_special_tokens=False)
+
+    def here(lm) -> str:  # noqa: ANN001 - greedy, as the chat's default temperature 0
+        out = lm.eval().generate(**ids, max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id)
+        return tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+
+    chat = ChatWithCheckpoint(Job(job_name, service=svc), checkpoints=["epoch-1", "epoch-final"], max_new_tokens=8)
+    answers = chat.ask(prompt)
+    assert [(a["label"], a["served_as"]) for a in answers] == [("epoch-1", "merged weights"),
+                                                               ("epoch-final", "merged weights")]
+    assert [a["text"] for a in answers] == [here(AutoModelForCausalLM.from_pretrained(str(root / c)))
+                                            for c in ("epoch-1", "epoch-final")]
+    assert [o.value for o in chat.outputs] == [a["text"] for a in answers] and "merged weights" in chat.titles[1].value
+    (adapter,) = svc.chat("local", job=job_name, sources=["epoch-final"], prompt=prompt, max_new_tokens=8,
+                          serve="adapter")
+    assert adapter["served_as"].startswith(f"base {tiny_model} plus the LoRA adapter")
+    assert adapter["text"] == here(PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model),
+                                                             str(root / "epoch-final" / "adapter_model")))
+
     # Resume: a new job from the latest checkpoint continues the numbering (epoch-3 follows epoch-2).
     resumed = svc.resume("local", job_name, epochs=1, owner="tester")  # its owner resumes it
     assert resumed.name == f"{job_name}-resume-1"

@@ -29,7 +29,10 @@ export type CleverthisEvent =
   | DownloadDoneEvent
   | DownloadEvent
   | PreflightEvent
-  | ExportEvent;
+  | ExportEvent
+  | ChatTextEvent
+  | ChatAnswerEvent
+  | ChatEvent;
 /**
  * Where a job is, as its `phase` events say (in roughly the order a job passes them).
  */
@@ -446,4 +449,57 @@ export interface ExportEvent {
   size_bytes?: number | null;
   error?: string | null;
   [k: string]: unknown;
+}
+/**
+ * A piece of a chat answer as the model generates it (chat.py): `index` is the source's place in the request.
+ */
+export interface ChatTextEvent {
+  src?: string | null;
+  seq?: number;
+  t?: number | null;
+  type: 'chat_text';
+  index: number;
+  text: string;
+  [k: string]: unknown;
+}
+/**
+ * One source's answer, emitted once it is complete.
+ */
+export interface ChatAnswerEvent {
+  index: number;
+  label: string;
+  path: string;
+  served_as: string;
+  text: string;
+  new_tokens: number;
+  seconds: number;
+  src?: string | null;
+  seq?: number;
+  t?: number | null;
+  type: 'chat_answer';
+  [k: string]: unknown;
+}
+/**
+ * The answer of a chat helper job: every source's answer in order, or the error.
+ */
+export interface ChatEvent {
+  src?: string | null;
+  seq?: number;
+  t?: number | null;
+  type: 'chat';
+  answers?: ChatAnswer[];
+  error?: string | null;
+  [k: string]: unknown;
+}
+/**
+ * One source's whole answer: which folder, served how (merged weights, or base plus adapter), its numbers.
+ */
+export interface ChatAnswer {
+  index: number;
+  label: string;
+  path: string;
+  served_as: string;
+  text: string;
+  new_tokens: number;
+  seconds: number;
 }
