@@ -11,13 +11,14 @@ import re
 from typing import Any
 from urllib.parse import unquote
 
+import aiohttp
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.base.websocket import WebSocketMixin
 from tornado import httpclient, web, websocket
 
 from ..errors import BadRequest, CleverThisError, ClusterNotFound
-from ..service.log_stream import follow_job_log, job_info
+from ..service.log_stream import follow_job_log, job_record
 from .handlers import RESOURCE, BaseHandler, api
 
 log = logging.getLogger(__name__)
@@ -72,8 +73,8 @@ class LogTailHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler)
         except CleverThisError as e:
             raise web.HTTPError(e.status, e.message) from e
         try:
-            self._info = await asyncio.get_running_loop().run_in_executor(None, job_info, self._cfg, name)
-        except (OSError, ValueError) as e:  # requests' errors are OSErrors; a body that is not JSON, ValueError
+            self._info = await job_record(self._cfg, name)
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:  # ValueError: a body that is not JSON
             raise web.HTTPError(502, f"cannot follow the log of '{name}': cluster '{cluster}' did not answer") from e
         if self._info is None:
             raise web.HTTPError(404, f"no job named '{name}' on cluster '{cluster}'")

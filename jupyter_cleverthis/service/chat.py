@@ -25,8 +25,8 @@ CHAT_ENTRYPOINT = "python -m cleverthis_runtime.chat"
 SERVE = ("merged", "adapter")
 
 
-def resolve_sources(svc: JobService, cluster: str, job: str | None, sources: list[str]) -> tuple[list[dict[str, str]],
-                                                                                                  bool]:
+def resolve_sources(svc: JobService, cluster: str, job: str | None,
+                    sources: list[str]) -> tuple[list[dict[str, str]], bool]:
     """[{path, label}] for the request, and whether the job trained on GPUs. With a job, each source is one of
     its checkpoints by name (default: its final checkpoint, else its newest); without, each is a model folder."""
     if job is None:

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 import aiohttp
-import requests
 from tornado import httpclient, websocket
 
 from .ray_client import TERMINAL_RAY_STATUSES
@@ -42,15 +41,11 @@ class StreamUnavailable(Exception):
     """The state API's log stream cannot serve this job (the caller falls back to Ray's tail)."""
 
 
-def job_info(cfg: ClusterConfig, name: str) -> dict[str, Any] | None:
+async def job_record(cfg: ClusterConfig, name: str) -> dict[str, Any] | None:
     """Ray's record of job `name` (the JSON of `GET /api/jobs/{id}`), None when there is none; raises
-    (requests' errors) when Ray does not answer."""
-    r = requests.get(f"{cfg.address}/api/jobs/{quote(name, safe='')}", headers=cfg.headers(), timeout=10)
-    if r.status_code == 404:
-        return None
-    r.raise_for_status()
-    body: dict[str, Any] = r.json()
-    return body
+    aiohttp's errors when Ray does not answer."""
+    async with aiohttp.ClientSession(headers=cfg.headers()) as session:
+        return await _get_json(session, f"{cfg.address}/api/jobs/{quote(name, safe='')}")
 
 
 async def follow_job_log(cfg: ClusterConfig, name: str, info: dict[str, Any] | None = None) -> AsyncIterator[str]:
