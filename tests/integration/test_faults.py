@@ -20,6 +20,7 @@ from jupyter_cleverthis.spec import JobSpec, JobStatus
 
 from .training_helpers import (  # noqa: F401
     ADAPTER,
+    delay_steps,
     make_cached_model,
     max_diff,
     slow_steps,
@@ -103,9 +104,11 @@ def _fill(folder: Path) -> None:
             pass
 
 
-@pytest.mark.usefixtures("slow_steps")
 def test_disk_full_fails_classified_and_keeps_earlier_checkpoints(ray_cluster, tiny_model, dataset, job_name,
                                                                   small_disk, tmp_path, monkeypatch):
+    # Epoch 2 takes at least 20 x 0.6 s: the disk is filled once epoch-1's checkpoint has been seen. At 0.3 s per
+    # step a loaded machine let epoch 2 finish, and its checkpoint be written, before the fill.
+    delay_steps(monkeypatch, 0.6)
     mnt, real = small_disk
     out = mnt / "checkpoints"
     # The base model is a Hub id found in the node's cache (HF_HOME travels with the job; HF_HUB_OFFLINE=1):
