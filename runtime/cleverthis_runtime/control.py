@@ -26,6 +26,7 @@ from typing import Any
 from . import events
 
 POLL_S = 0.5
+FATAL_WAIT_S = 30.0  # a worker whose error is fatal waits this long for the driver to end the job, then raises
 
 
 class JobControl:
@@ -180,21 +181,26 @@ def worker_entry(config: dict[str, Any], run: Any, *, fatal_types: tuple[type, .
     try:
         run(config, rank=rank, world=world, control=control, attempt=attempt)
     except Exception as e:
-        report_error(e, rank, control, fatal_types)
+        if report_error(e, rank, control, fatal_types) and control.handle is not None:
+            # The driver ends the job on a fatal error (DriverWatch, within ~2 s) and Ray then stops this
+            # worker. Raising at once let Ray Train's controller start a retry meanwhile: the retry's placement
+            # group, created as the driver exited, outlived the job and held a CPU for minutes (CI, ui-oom).
+            time.sleep(FATAL_WAIT_S)
         raise
     finally:
         control.close()
 
 
-def report_error(e: BaseException, rank: int, control: WorkerControl, fatal_types: tuple[type, ...] = ()) -> None:
-    """Fatal errors become the job's error (and end the job at once); others are retried by Ray Train."""
+def report_error(e: BaseException, rank: int, control: WorkerControl, fatal_types: tuple[type, ...] = ()) -> bool:
+    """Fatal errors become the job's error (and end the job at once); others are retried by Ray Train. True
+    when the error was fatal."""
     import traceback
 
     from .triage import classify_exception
 
     if isinstance(e, PeerCheckpointError):
         events.emit("worker_error", rank=rank, error_type=type(e).__name__, message=str(e))
-        return
+        return False
     kind, _ = classify_exception(e)
     fatal = is_fatal(e) or isinstance(e, fatal_types)
     fields = {"kind": kind, "error_type": type(e).__name__, "message": str(e), "rank": rank, "fatal": fatal,
@@ -204,6 +210,7 @@ def report_error(e: BaseException, rank: int, control: WorkerControl, fatal_type
         control.fatal({"kind": kind, "message": str(e), "line": events.to_line(ev)})
     else:  # Ray Train may restart the workers; the driver reports the error if it gives up
         events.emit("worker_error", **fields)
+    return fatal
 
 
 def drive(trainer_cls: Any, train_loop: Any, spec: Any, job: str, loop_config: dict[str, Any],
