@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BadRequest, ClusterError
 from . import runtime_env
+from .helper_jobs import discard
 from .log_stream import iter_job_log
 from .ray_client import MARK, short_message, submit
 
@@ -81,19 +82,13 @@ def chat(svc: JobService, cluster: str, *, job: str | None, sources: list[str], 
     try:
         answer = _follow(svc.cluster(cluster), sid, on_text)
     finally:
-        try:  # best effort: a finished helper job is only clutter
-            client.stop_job(sid)
-            client.delete_job(sid)
-        except Exception:
-            pass
-    if answer is None:
-        raise ClusterError("the chat job ended without an answer")
+        discard(client, sid)
     if answer.get("error"):
         raise ClusterError(f"chat failed on the cluster: {answer['error']}")
     return list(answer.get("answers") or [])
 
 
-def _follow(cfg: Any, sid: str, on_text: Callable[[int, str], Any] | None) -> dict[str, Any] | None:
+def _follow(cfg: Any, sid: str, on_text: Callable[[int, str], Any] | None) -> dict[str, Any]:
     """Read the helper job's log as it is written: `chat_text` pieces to `on_text`, the `chat` event returned."""
     from cleverthis_runtime.events import parse_events
 

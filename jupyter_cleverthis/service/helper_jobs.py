@@ -45,15 +45,20 @@ def run_helper_job(client: Any, *, kind: str, entrypoint: str, runtime_env: dict
         status = _wait_for_end(client, sid, timeout=timeout, what=what, progress=progress)
         text = str(client.get_job_logs(sid))
     finally:
-        try:  # best effort: a finished helper job is only clutter
-            client.stop_job(sid)
-            client.delete_job(sid)
-        except Exception:
-            pass
+        discard(client, sid)
     found = [e for e in _events(text) if e["type"] == answer]
     if not found:
         raise ClusterError(f"{what} failed on the cluster: {short_message(text) or status}")
     return {k: v for k, v in found[-1].items() if k not in ("src", "seq", "t", "type")}
+
+
+def discard(client: Any, sid: str) -> None:
+    """Stop and delete a helper job once its answer is read (best effort: a finished helper job is clutter)."""
+    try:
+        client.stop_job(sid)
+        client.delete_job(sid)
+    except Exception:
+        pass
 
 
 def run_helper_here(*, entrypoint: str, runtime_env: dict[str, Any], answer: str, timeout: float,

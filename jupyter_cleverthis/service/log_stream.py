@@ -110,16 +110,16 @@ async def _follow_stream(session: aiohttp.ClientSession, address: str, name: str
     async with session.get(f"{address}{STREAM_API}?{query}") as stream:
         if stream.status != 200:
             raise StreamUnavailable(f"the dashboard answered {stream.status}")
-        queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
 
         async def read() -> None:
             try:
                 async for chunk in stream.content.iter_any():
-                    queue.put_nowait(chunk)
+                    chunks.put_nowait(chunk)
             except aiohttp.ClientError as e:
                 log.info("log stream of %s broke off: %s", name, e)
             finally:
-                queue.put_nowait(None)
+                chunks.put_nowait(None)
 
         reader = asyncio.ensure_future(read())
         try:
@@ -128,7 +128,7 @@ async def _follow_stream(session: aiohttp.ClientSession, address: str, name: str
             last_data, next_poll, over_at = now, now + STATUS_POLL_S, None
             while True:
                 try:
-                    chunk = await asyncio.wait_for(queue.get(), timeout=STATUS_POLL_S / 2)
+                    chunk = await asyncio.wait_for(chunks.get(), timeout=STATUS_POLL_S / 2)
                 except asyncio.TimeoutError:
                     chunk = b""
                 if chunk is None:  # the stream ended (the head went away)
