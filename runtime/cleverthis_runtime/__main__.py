@@ -61,6 +61,11 @@ def prepare(spec: JobSpec, job: str) -> dict[str, Any]:
 
 
 def run(spec: JobSpec, job: str) -> None:
+    if spec.sweep is not None:  # the trials on Ray Tune, each the same training as a job (sweep.py)
+        from .sweep import run_sweep
+
+        run_sweep(spec, job)
+        return
     backend_for(spec.framework).fit(spec, job, prepare(spec, job))
 
 
@@ -82,15 +87,20 @@ def main() -> int:
         print(f"invalid job spec: {format_errors(e)}", file=sys.stderr)
         return 1
     except Exception as e:  # the job's last word: classified, then the traceback for the log
-        cause = _root_cause(e)
-        kind, _ = classify_exception(cause)
-        where = cause.location() if isinstance(cause, DatasetError) else {}
-        events.emit("error", kind=kind, error_type=type(cause).__name__, message=str(cause),
-                    traceback=traceback.format_exc()[-8000:], **where)
-        traceback.print_exc()
+        report_failure(e)
         return 1
     events.emit("phase", phase="succeeded")
     return 0
+
+
+def report_failure(e: BaseException) -> None:
+    """The classified `error` event of a job's (or a sweep trial's) failure, then the traceback for the log."""
+    cause = _root_cause(e)
+    kind, _ = classify_exception(cause)
+    where = cause.location() if isinstance(cause, DatasetError) else {}
+    events.emit("error", kind=kind, error_type=type(cause).__name__, message=str(cause),
+                traceback=traceback.format_exc()[-8000:], **where)
+    traceback.print_exc()
 
 
 def _root_cause(e: BaseException) -> BaseException:

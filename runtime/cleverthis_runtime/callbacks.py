@@ -130,6 +130,7 @@ class EventsAndCheckpoints(TrainerCallback):
         self.patience = patience or Patience(None)
         self.stopped_early = False
         self.metrics = RayMetrics(job) if rank == 0 else None
+        self.tune_report: Any = None  # a sweep's trial: ray.train.report (sweep.py)
         self.utilisation = Utilisation(rank, torch)
 
     # -- events ---------------------------------------------------------------------------------------------
@@ -225,6 +226,7 @@ class EventsAndCheckpoints(TrainerCallback):
         stop = self.patience.update(self.eval_loss, step) and state.global_step < state.max_steps
         if at_end:
             self._maybe_save(state, control)
+            self._to_tune(state)
         elif stop or lowest:
             # between epochs (eval_steps): a checkpoint when this is the lowest loss of the run (`best` may point
             # at it) or where the job stops early. Decided on what every rank sees alike (the validation loss is
@@ -256,7 +258,18 @@ class EventsAndCheckpoints(TrainerCallback):
                                  epoch=self.epoch_offset + float(state.epoch or 0))
         if args.eval_strategy == "no" or str(args.eval_strategy) == "IntervalStrategy.NO":
             self._maybe_save(state, control)
+            self._to_tune(state)
         # With validation, Trainer evaluates after on_epoch_end; the checkpoint waits for eval_loss.
+
+    def _to_tune(self, state: Any) -> None:
+        """A sweep's trial: the epoch's losses to Ray Tune (on every rank: ray.train.report is collective).
+        `objective` is what the sweep compares: the validation loss when there is one, else the training loss."""
+        if self.tune_report is None or self.stopped:
+            return
+        losses = {"eval_loss": self.eval_loss, "loss": self.last_loss}
+        objective = self.eval_loss if self.eval_loss is not None else self.last_loss
+        self.tune_report({"objective": objective, "epoch": self.epoch_offset + round(state.epoch or 0),
+                          **{k: v for k, v in losses.items() if v is not None}})
 
     # -- stop -----------------------------------------------------------------------------------------------
     def _stop_agreed(self) -> bool:

@@ -174,8 +174,11 @@ def worker_entry(config: dict[str, Any], run: Any, *, fatal_types: tuple[type, .
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     control = WorkerControl(config.get("control"), rank)
     attempt = control.join()
-    # A restarted worker group counts its events afresh: a new source name keeps (src, seq) unique.
-    events.set_source(f"rank{rank}" if attempt <= 1 else f"rank{rank}-a{attempt}")
+    # A restarted worker group counts its events afresh: a new source name keeps (src, seq) unique; a sweep's
+    # trials share one log, so their sources carry the trial's name too.
+    trial = config.get("trial")
+    events.set_trial(trial)
+    events.set_source(f"{trial + '/' if trial else ''}rank{rank}" + (f"-a{attempt}" if attempt > 1 else ""))
     events.emit("worker", rank=rank, world_size=world, attempt=attempt, pid=os.getpid(),
                 hostname=socket.gethostname(), node_id=ray.get_runtime_context().get_node_id(), **fields)
     try:
@@ -214,9 +217,10 @@ def report_error(e: BaseException, rank: int, control: WorkerControl, fatal_type
 
 
 def drive(trainer_cls: Any, train_loop: Any, spec: Any, job: str, loop_config: dict[str, Any],
-          tc: Any, trainer_kwargs: dict[str, Any] | None = None, **fields: Any) -> None:
+          tc: Any, trainer_kwargs: dict[str, Any] | None = None, *, sweep: Any = None, **fields: Any) -> None:
     """The driver's part for either framework: the job's control actor, the SIGTERM watch, the Ray Train
-    trainer (`TorchTrainer` / `TensorflowTrainer`) with the spec's workers, then `fit`."""
+    trainer (`TorchTrainer` / `TensorflowTrainer`) with the spec's workers, then `fit`. A sweep's trial
+    (`sweep`: sweep.TrialHooks) watches its sweep's stop flag instead of a signal and reports to Ray Tune."""
     import uuid
 
     import ray
@@ -227,7 +231,8 @@ def drive(trainer_cls: Any, train_loop: Any, spec: Any, job: str, loop_config: d
     control = ray.remote(num_cpus=0, max_restarts=0)(JobControl).remote(job)
     loop_config["control"] = control
     grace = float(os.environ.get("RAY_JOB_STOP_WAIT_TIME_S", "3"))
-    watch = DriverWatch(control, grace)
+    watch = DriverWatch(control, grace, parent=sweep.control if sweep else None,
+                        on_exit=sweep.ended if sweep else None)
     watch.install()
     resources: dict[str, float] = {"CPU": spec.cpus_per_worker}
     if spec.gpus_per_worker:
@@ -243,6 +248,7 @@ def drive(trainer_cls: Any, train_loop: Any, spec: Any, job: str, loop_config: d
             name=f"cleverthis-{job}-{uuid.uuid4().hex[:8]}",
             storage_path=os.environ.get("CLEVERTHIS_RAY_STORAGE", os.path.expanduser("~/ray_results")),
             failure_config=FailureConfig(max_failures=tc.max_failures),
+            callbacks=sweep.callbacks() if sweep else None,
         ),
         **(trainer_kwargs or {}),
     )
@@ -262,16 +268,31 @@ FATAL_KINDS = {"disk_full", "permission_denied", "dataset", "spec", "checkpoint"
 class DriverWatch:
     """The driver's side: SIGTERM -> ask rank 0 for a checkpoint, wait for it, exit; a fatal error -> exit."""
 
-    def __init__(self, handle: Any, grace_s: float) -> None:
+    def __init__(self, handle: Any, grace_s: float, *, parent: Any = None, on_exit: Any = None) -> None:
         self.handle = handle
         self.grace_s = grace_s
+        self.parent, self.on_exit = parent, on_exit  # a sweep's control (its stop flag stands for SIGTERM)
         self.sigterm = threading.Event()
         self.done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cleverthis-driver-watch", daemon=True)
 
     def install(self) -> None:
-        signal.signal(signal.SIGTERM, self._on_signal)
+        if self.parent is None:  # (a sweep's trial runs in a thread of Ray Tune's actor: no signals there)
+            signal.signal(signal.SIGTERM, self._on_signal)
         self._thread.start()
+
+    def _exit(self, code: int) -> None:
+        if self.on_exit is not None:
+            self.on_exit()
+        os._exit(code)
+
+    def _parent_stopped(self) -> bool:
+        import ray
+
+        try:
+            return self.parent is not None and bool(ray.get(self.parent.stop_requested.remote(), timeout=10))
+        except Exception:
+            return False
 
     def _on_signal(self, signum: int, frame: Any) -> None:  # only sets a flag: the thread does the work
         self.sigterm.set()
@@ -288,6 +309,9 @@ class DriverWatch:
         while not self.done.is_set():
             if self.sigterm.wait(POLL_S):
                 break
+            if self._parent_stopped():
+                self.sigterm.set()
+                break
             snap = self.snapshot()
             if snap and snap.get("fatal"):
                 self._exit_fatal(snap["fatal"])
@@ -302,7 +326,7 @@ class DriverWatch:
             _print_line(line)
         events.emit("phase", phase="failed", reason=info.get("kind"))
         time.sleep(1.5)  # let Ray forward the workers' last log lines before the driver goes
-        os._exit(1)
+        self._exit(1)
 
     def _cancel(self) -> None:
         import ray
@@ -325,7 +349,7 @@ class DriverWatch:
                 events.emit("phase", phase="cancelled", checkpoint=None,
                             message=f"the cancel checkpoint could not be written: {snap['fatal'].get('message')}")
                 time.sleep(1.0)
-                os._exit(0)
+                self._exit(0)
             if ack is not None or snap.get("phase") != "training":
                 break
             time.sleep(0.2)
@@ -340,7 +364,7 @@ class DriverWatch:
                         seconds=round(time.time() - t0, 2))
         time.sleep(1.0)
         sys.stdout.flush()
-        os._exit(0)
+        self._exit(0)
 
 
 def _print_line(line: str) -> None:

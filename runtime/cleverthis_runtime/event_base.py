@@ -13,3 +13,4 @@ class Event(BaseModel):
     seq: int = 0
     t: float | None = None
     type: str
+    trial: str | None = None  # the sweep trial (its job name) that printed it (sweep.py)

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, TypeAdapter, ValidationError
 
 from .event_base import Event
+from .sweep_events import SweepEvent, SweepResultEvent
 from .helper_events import (  # the helper jobs' events (pre-flight, download, export, chat)
     ChatAnswerEvent,
     ChatEvent,
@@ -297,7 +298,7 @@ MODELS: tuple[type[Event], ...] = (
     PhaseEvent, ConfigEvent, WorkerEvent, ErrorEvent, WorkerErrorEvent, DatasetEvent, PackingEvent, PlanEvent,
     WarningEvent, ResumeEvent, RecoveryEvent, CheckpointEvent, StrategyEvent, TrackingEvent, StepEvent, EpochEvent,
     ValidationEvent, EarlyStopEvent, UtilisationEvent, DownloadProgressEvent, DownloadDoneEvent, DownloadEvent,
-    PreflightEvent, ExportEvent, ChatTextEvent, ChatAnswerEvent, ChatEvent,
+    PreflightEvent, ExportEvent, ChatTextEvent, ChatAnswerEvent, ChatEvent, SweepEvent, SweepResultEvent,
 )
 BY_TYPE: dict[str, type[Event]] = {m.model_fields["type"].annotation.__args__[0]: m for m in MODELS}  # type: ignore[union-attr]
 
@@ -306,7 +307,7 @@ AnyEvent = Annotated[
     | PlanEvent | WarningEvent | ResumeEvent | RecoveryEvent | CheckpointEvent | StrategyEvent | TrackingEvent
     | StepEvent | EpochEvent | ValidationEvent | EarlyStopEvent | UtilisationEvent | DownloadProgressEvent
     | DownloadDoneEvent | DownloadEvent | PreflightEvent | ExportEvent | ChatTextEvent | ChatAnswerEvent
-    | ChatEvent,
+    | ChatEvent | SweepEvent | SweepResultEvent,
     Field(discriminator="type"),
 ]
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(AnyEvent)

@@ -27,6 +27,7 @@ PREFIX = "@@cleverthis-event "
 _lock = threading.Lock()
 _counter = itertools.count(1)
 _source: str | None = None
+_trial: str | None = None
 
 
 def set_source(name: str) -> None:
@@ -37,11 +38,20 @@ def set_source(name: str) -> None:
         _counter = itertools.count(1)
 
 
+def set_trial(name: str | None) -> None:
+    """A sweep's trial (sweep.py): this process's events carry `trial` (the trial's job name), which is how the
+    service tells the trials of one Ray job apart."""
+    global _trial
+    _trial = name
+
+
 def emit(type_: str, **fields: Any) -> dict[str, Any]:
     """Print one event line and flush it, so it reaches Ray's log tail promptly. The fields must match the
     type's model (event_models.py): a mismatch is a programming error, raised before anything is printed."""
     with _lock:
         event = {"src": _source or f"pid{os.getpid()}", "seq": next(_counter), "t": round(time.time(), 3), "type": type_}
+        if _trial:
+            event["trial"] = _trial
         event.update({k: str(v) if isinstance(v, event_models.Phase) else v for k, v in fields.items()})
         event_models.check(event)
         line = to_line(event)

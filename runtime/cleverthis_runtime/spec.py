@@ -11,7 +11,10 @@ import re
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from .strict import _Strict
+from .sweep_spec import SweepSpec
 
 NAME_PATTERN = r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,62}[A-Za-z0-9])?$"
 # NAME_PATTERN in words: what every front-end says instead of the expression (the schema's x-pattern-message)
@@ -33,24 +36,6 @@ class JobStatus(str, Enum):
 
     def is_terminal(self) -> bool:
         return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
-
-
-class _Strict(BaseModel):
-    """Rejects unknown keys with a "did you mean" suggestion naming the closest known key."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _unknown_keys(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            known = set(cls.model_fields)
-            for key in data:
-                if isinstance(key, str) and key not in known:
-                    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
-                    hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(sorted(known))}"
-                    raise ValueError(f"unknown key '{key}'{hint}")
-        return data
 
 
 class DeepSpeedConfig(_Strict):
@@ -254,6 +239,10 @@ class JobSpec(_Strict):
         title="Training config",
         description="Overrides training_config.json keys found in the dataset path",
     )
+    sweep: SweepSpec | None = Field(
+        None, title="Sweep",
+        description="Try one to three parameters over several trials on Ray Tune (README, Sweeps)",
+    )
 
     @field_validator("name")
     @classmethod
@@ -283,6 +272,30 @@ class JobSpec(_Strict):
             problem = parallelism_error(tc, framework=self.framework, workers=self.workers, job_type=self.job_type)
             if problem:
                 raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _sweep_trials(self) -> JobSpec:
+        """Every trial is a valid job: its name fits, its values are allowed where they go."""
+        if self.sweep is None:
+            return self
+        from .sweep_spec import trial_spec_data, trial_values
+
+        if self.framework != "torch":
+            raise ValueError("sweep: sweeps run framework torch jobs")
+        count = self.sweep.trial_count()
+        if len(self.name) + len(f"-t{count}") > 64:
+            raise ValueError(f"name: a sweep's trials are named {self.name}-t1 ... -t{count}, which must fit in 64 "
+                             "characters: choose a shorter name")
+        data = self.model_dump(mode="json")
+        if self.training_config is not None:
+            data["training_config"] = self.training_config.model_dump(mode="json", exclude_unset=True)
+        for i, values in enumerate(trial_values(self.sweep), 1):
+            try:
+                JobSpec.model_validate(trial_spec_data(data, values, i))
+            except ValidationError as e:
+                shown = ", ".join(f"{k}={v:g}" for k, v in values.items())
+                raise ValueError(f"sweep.parameters: trial {i} ({shown}): {format_errors(e)}") from None
         return self
 
 

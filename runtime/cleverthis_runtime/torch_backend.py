@@ -44,9 +44,9 @@ class TorchBackend:
         if ds is not None:
             _model_facts(spec, tc, ds, out, err)
 
-    def fit(self, spec: JobSpec, job: str, loop_config: dict[str, Any]) -> None:
+    def fit(self, spec: JobSpec, job: str, loop_config: dict[str, Any], sweep: Any = None) -> None:
         """The driver: a TorchTrainer whose workers run train.train_loop (the rendezvous store on the node's
-        address only: compat.torch_config)."""
+        address only: compat.torch_config); a sweep's trial passes its hooks (sweep.TrialHooks)."""
         from ray.train.torch import TorchTrainer
 
         from . import compat
@@ -54,7 +54,7 @@ class TorchBackend:
 
         drive(TorchTrainer, train_loop, spec, job, loop_config,
               TrainingConfig.model_validate(loop_config["training_config"]),
-              trainer_kwargs={"torch_config": compat.torch_config()})
+              trainer_kwargs={"torch_config": compat.torch_config()}, sweep=sweep)
 
 
 def train_loop(config: dict[str, Any]) -> None:

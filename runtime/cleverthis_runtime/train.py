@@ -96,6 +96,10 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
     trainer, callback = _trainer(inp, model, tokenizer, plan, resume, total_batch, control, torch)
     if methods.is_quantized(tc):
         callback.merge_base = base_path or inp.original_base
+    if config.get("tune"):  # a sweep's trial: each epoch's losses go to Ray Tune too (sweep.py)
+        import ray.train
+
+        callback.tune_report = ray.train.report
     exact = resume == "exact"
     state_dir = os.path.join(inp.source, checkpoints.STATE_DIR) if exact and inp.source else None
     try:
