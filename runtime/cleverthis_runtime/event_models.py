@@ -14,7 +14,6 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, TypeAdapter, ValidationError
 
 from .event_base import Event
-from .sweep_events import SweepEvent, SweepResultEvent
 from .helper_events import (  # the helper jobs' events (pre-flight, download, export, chat)
     ChatAnswerEvent,
     ChatEvent,
@@ -25,6 +24,7 @@ from .helper_events import (  # the helper jobs' events (pre-flight, download, e
     ExportEvent,
     PreflightEvent,
 )
+from .sweep_events import SweepEvent, SweepResultEvent
 
 
 class Phase(str, enum.Enum):

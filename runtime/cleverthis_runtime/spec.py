@@ -6,7 +6,6 @@ and loads in the Jupyter server without torch.
 
 from __future__ import annotations
 
-import difflib
 import re
 from enum import Enum
 from typing import Any, Literal

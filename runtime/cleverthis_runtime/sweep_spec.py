@@ -98,7 +98,7 @@ def trial_values(sweep: SweepSpec) -> list[dict[str, float | int]]:
         grid = [grid[i] for i in sorted(rng.sample(range(len(grid)), count))]
     out = []
     for i in range(count):
-        chosen: dict[str, float | int] = dict(zip((k for k, _ in listed), grid[i % len(grid)]))
+        chosen: dict[str, float | int] = dict(zip((k for k, _ in listed), grid[i % len(grid)], strict=True))
         for key, v in sweep.parameters.items():
             if v.values is None:
                 assert v.min is not None and v.max is not None
