@@ -43,6 +43,7 @@ from .service.models import (
     TemplateList,
     TensorBoardLink,
 )
+from .service.sweeps import SweepDetail
 from .spec import JobSpec, TrainingConfig
 
 # (model, mode): what REST answers is a model_dump(mode="json") of every field, defaults included, so its fields
@@ -66,6 +67,7 @@ API_MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (Template, "serialization"),
     (Preflight, "serialization"),
     (FieldError, "serialization"),
+    (SweepDetail, "serialization"),
     (JobSpec, "validation"),
     (TrainingConfig, "validation"),
 ]

@@ -96,8 +96,9 @@ def summary_of(cluster: str, info: Any, evs: list[dict[str, Any]]) -> JobSummary
     ended = info.end_time / 1000 if info.end_time else None
     started = next((e.get("t") for e in evs if e["type"] == "phase" and e.get("phase") == Phase.running), None)
     elapsed = ((ended or time.time()) - created) if created else None
+    spec = spec_of(info.runtime_env) or {}
     return JobSummary(
-        **_spec_fields(spec_of(info.runtime_env) or {}),
+        **_spec_fields(spec),
         name=info.submission_id,
         cluster=cluster,
         status=status,
@@ -108,6 +109,8 @@ def summary_of(cluster: str, info: Any, evs: list[dict[str, Any]]) -> JobSummary
         ended_at=ended,
         elapsed_s=round(elapsed, 1) if elapsed is not None else None,
         message=short_message(info.message) if status == JobStatus.FAILED else None,
+        parent=(info.metadata or {}).get("parent"),
+        trials=_trial_count(spec),
     )
 
 
@@ -154,6 +157,17 @@ def submitted_detail(cluster: str, name: str, *, runtime_env: dict[str, Any], me
         spec=spec,
         log_url=log_url,
     )
+
+
+def _trial_count(spec: dict[str, Any]) -> int | None:
+    if not spec.get("sweep"):
+        return None
+    from cleverthis_runtime.sweep_spec import SweepSpec
+
+    try:
+        return SweepSpec.model_validate(spec["sweep"]).trial_count()
+    except ValidationError:
+        return None
 
 
 def _spec_fields(spec: dict[str, Any]) -> dict[str, Any]:

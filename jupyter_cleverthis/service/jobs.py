@@ -49,6 +49,16 @@ from .ray_client import (
     submit,
 )
 from .store import EventStore
+from .sweeps import (
+    SweepDetail,
+    best_spec,
+    compare,
+    is_trial,
+    sweep_spec_of,
+    trial_events,
+    trial_of,
+    trial_summaries,
+)
 from .templates import TemplateStore
 
 __all__ = ["MARK", "JobService", "default_owner", "downsample", "phase_of", "submit"]
@@ -202,7 +212,7 @@ class JobService:
             infos = client.list_jobs()
         except Exception as e:
             raise ClusterError(f"could not list jobs on '{cluster}': {short_reason(e)}") from e
-        out = []
+        out, trials = [], {}
         for info in infos:
             if (info.metadata or {}).get(MARK) != "1" or not info.submission_id:
                 continue
@@ -212,17 +222,20 @@ class JobService:
             if status and summary.status.value != status:
                 continue
             out.append(summary)
+            if sweep_spec_of(info) is not None:  # a sweep's trials follow it (sweeps.py)
+                trials[summary.name] = [t for t in trial_summaries(self, cluster, info)
+                                        if not status or t.status.value == status]
         key = sort.lstrip("-")
         if key not in SORT_KEYS:
             raise BadRequest(f"sort must be one of {', '.join(SORT_KEYS)} (got '{sort}')", details={"field": "sort"})
         out.sort(key=lambda j: (getattr(j, key) is None, getattr(j, key) or 0), reverse=sort.startswith("-"))
-        total = len(out)
-        return out[offset: offset + limit if limit else None], total
+        out = [row for job in out for row in (job, *trials.get(job.name, ()))]
+        return out[offset: offset + limit if limit else None], len(out)
 
     def get(self, cluster: str, name: str) -> JobDetail:
         info = self._our_job(cluster, name)
         detail = detail_of(cluster, info, self._refresh_events(cluster, name, info),
-                           log_url=_log_url(self.cluster(cluster), info.job_id or name))
+                           log_url=_log_url(self.cluster(cluster), info.job_id or getattr(info, "parent", name)))
         if detail.status == JobStatus.QUEUED:
             detail.queued_reason = why_queued(detail.spec or {}, cluster_nodes(self.cluster(cluster)), name)
         return detail
@@ -242,7 +255,9 @@ class JobService:
     def events(self, cluster: str, name: str, since: int = 0) -> list[dict[str, Any]]:
         """Events with index `i` > since (indices count from 1 in log order)."""
         info = self._any_job(cluster, name)
-        self._refresh_events(cluster, name, info)
+        evs = self._refresh_events(cluster, name, info)
+        if is_trial(info):  # numbered within the trial (sweeps.trial_events)
+            return evs[since:]
         return self.store.events(cluster, name, since)
 
     def metrics(self, cluster: str, name: str, *, max_points: int = 1000,
@@ -252,8 +267,10 @@ class JobService:
         return curves(self.events(cluster, name), max_points=max_points, after_step=after_step)
 
     def logs(self, cluster: str, name: str, *, offset: int = 0, limit: int | None = None) -> dict[str, Any]:
-        self._any_job(cluster, name)
-        text = str(self.client(cluster).get_job_logs(name))
+        info = self._any_job(cluster, name)
+        text = str(self.client(cluster).get_job_logs(getattr(info, "parent", None) or name))
+        if is_trial(info):  # a trial's lines of its sweep's log (its events, its workers' lines name it too)
+            text = "".join(line for line in text.splitlines(keepends=True) if name in line)
         end = len(text) if limit is None else min(len(text), offset + limit)
         return {"text": text[offset:end], "offset": offset, "next": end, "size": len(text)}
 
@@ -269,13 +286,13 @@ class JobService:
         return info
 
     def cancel(self, cluster: str, name: str, *, user: str | None = None) -> JobDetail:
-        self.check_owner(cluster, name, user, "cancel")
+        _not_a_trial(self.check_owner(cluster, name, user, "cancel"), "cancel")
         self.client(cluster).stop_job(name)
         return self.get(cluster, name)
 
     def delete(self, cluster: str, name: str, *, user: str | None = None) -> None:
         """Forget a finished job (Ray's record and our events); its checkpoints stay on disk."""
-        self.check_owner(cluster, name, user, "delete")
+        _not_a_trial(self.check_owner(cluster, name, user, "delete"), "delete")
         d = self.get(cluster, name)
         if not d.status.is_terminal():
             raise JobConflict(f"job '{name}' is {d.status.value}; cancel it before deleting", details={"field": "name"})
@@ -284,35 +301,25 @@ class JobService:
 
     def resume(self, cluster: str, name: str, *, epochs: int | None = None, new_name: str | None = None,
                owner: str | None = None, checkpoint: str | None = None) -> JobDetail:
-        """A new job continuing `name` from its latest checkpoint (or the named one, e.g. "epoch-1");
-        epochs default to what remains. Only the job's owner (or an admin) may resume it; the new job is `owner`'s."""
-        self.check_owner(cluster, name, owner, "resume")
-        d = self.get(cluster, name)
-        if not d.status.is_terminal():
-            raise JobConflict(f"job '{name}' is still {d.status.value}; cancel it or wait for it to end",
+        """A new job continuing `name` from its latest checkpoint, or the named one (resume.py)."""
+        from .resume import resume_job
+
+        return resume_job(self, cluster, name, epochs=epochs, new_name=new_name, owner=owner, checkpoint=checkpoint)
+
+    def sweep(self, cluster: str, name: str) -> SweepDetail:
+        """Sweep `name` compared: its trials' parameters, results and status, and the best trial (sweeps.py)."""
+        info = self._our_job(cluster, name)
+        if is_trial(info) or sweep_spec_of(info) is None:
+            raise BadRequest(f"job '{name}' is not a sweep", details={"field": "name"})
+        return compare(cluster, info, self._refresh_events(cluster, name, info))
+
+    def best_spec(self, cluster: str, name: str) -> dict[str, Any]:
+        """"Create from best": the spec of sweep `name`'s best trial, as a new job's."""
+        d = self.sweep(cluster, name)
+        if d.best is None:
+            raise JobConflict(f"sweep '{name}' has no trial with a {d.metric_label or 'result'} yet",
                               details={"field": "name"})
-        if not d.checkpoints or d.spec is None:
-            raise JobConflict(f"job '{name}' wrote no checkpoint to resume from", details={"field": "name"})
-        last = d.checkpoints[-1]
-        if checkpoint is not None:
-            found = [c for c in d.checkpoints if checkpoint in (c.name, c.path)]
-            if not found:
-                raise BadRequest(f"job '{name}' has no checkpoint '{checkpoint}' (it has: "
-                                 f"{', '.join(c.name for c in d.checkpoints)})", details={"field": "checkpoint"})
-            last = found[-1]
-        done = int(last.epoch or 0)  # epochs completed since the lineage's start (a mid-epoch cancel: not counted)
-        started = next((int(e.get("start_epoch") or 0) for e in self.store.events(cluster, name)
-                        if e["type"] == "config"), 0)
-        remaining = epochs if epochs is not None else started + int(d.spec.get("epochs", 0)) - done
-        if remaining < 1:
-            raise JobConflict(f"job '{name}' already finished its {d.spec.get('epochs')} epochs; pass epochs to "
-                              "train further", details={"field": "epochs"})
-        base = d.spec.get("base_model")
-        spec_data = {**d.spec, "name": new_name or self._next_name(cluster, name), "base_model": last.path,
-                     "epochs": remaining, "output_dir": d.checkpoint_dir}
-        spec = self.validate(spec_data)
-        log.info("resuming %s from %s (base %s) as %s", name, last.path, base, spec.name)
-        return self.create(spec, owner=owner)
+        return best_spec(d, self.spec(cluster, d.best))
 
     def wait(self, cluster: str, name: str, *, timeout: float | None = None, poll: float = 1.0,
              on_change: Any = None) -> JobDetail:
@@ -332,21 +339,25 @@ class JobService:
     # -- internals --------------------------------------------------------------------------------------------
     def _any_job(self, cluster: str, name: str) -> Any:
         """Ray's record of `name` (any Ray job of that name), or JobNotFound."""
-        info = self.info(cluster, name)
+        info = self.info(cluster, name) or trial_of(self, cluster, name)
         if info is None:
             raise JobNotFound(f"no job named '{name}' on cluster '{cluster}'", details={"field": "name"})
         return info
 
     def _our_job(self, cluster: str, name: str) -> Any:
         """Ray's record of our job `name` (marked as ours), or JobNotFound."""
-        info = self.info(cluster, name)
+        info = self.info(cluster, name) or trial_of(self, cluster, name)
         if info is None or (info.metadata or {}).get(MARK) != "1":
             raise JobNotFound(f"no job named '{name}' on cluster '{cluster}'", details={"field": "name"})
         return info
 
     def _refresh_events(self, cluster: str, name: str, info: Any,
                         types: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
-        """The job's stored events, after storing what its log gained since the last read (until it is final)."""
+        """The job's stored events, after storing what its log gained since the last read (until it is final);
+        a sweep trial's are its sweep's that name it."""
+        if is_trial(info):
+            evs = trial_events(self._refresh_events(cluster, info.parent, info.parent_info), name)
+            return [e for e in evs if not types or e["type"] in types]
         _, final = self.store.cursor(cluster, name)
         if not final:
             terminal = ray_status(info) in TERMINAL_RAY_STATUSES
@@ -367,13 +378,11 @@ class JobService:
             evs = self._refresh_events(cluster, info.submission_id, info, types=("phase",))
         return summary_of(cluster, info, evs)
 
-    def _next_name(self, cluster: str, name: str) -> str:
-        base = name.split("-resume-")[0][:50]
-        for n in range(1, 1000):
-            cand = f"{base}-resume-{n}"
-            if self.info(cluster, cand) is None:
-                return cand
-        raise JobExists(f"too many resumed jobs of '{name}'")
+
+def _not_a_trial(info: Any, what: str) -> None:
+    if is_trial(info):
+        raise JobConflict(f"'{info.submission_id}' is a trial of sweep '{info.parent}': {what} the sweep to {what} "
+                          "its trials", details={"field": "name"})
 
 
 def default_owner() -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from cleverthis_runtime.event_models import UtilisationEvent
 
@@ -152,6 +152,8 @@ class JobSummary(BaseModel):
     ended_at: float | None = None
     elapsed_s: float | None = None
     message: str | None = None
+    parent: str | None = Field(None, description="The sweep this job is a trial of")
+    trials: int | None = Field(None, description="A sweep's number of trials")
 
 
 class QueuedRequest(Record):

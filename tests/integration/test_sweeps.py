@@ -1,0 +1,88 @@
+"""Sweeps on the real cluster (cleverthis_runtime/sweep.py on Ray Tune, service/sweeps.py): a 3-trial sweep of the
+tiny model runs as one Ray job whose trials are child jobs with their own events, curves and checkpoint folders;
+the comparison names the trial Ray Tune found best, and "Create from best" is that trial's spec. A cancelled
+sweep leaves every trial cancelled with a checkpoint that loads."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from cleverthis_runtime.spec import JobSpec
+from jupyter_cleverthis.errors import JobConflict
+from jupyter_cleverthis.service.jobs import JobService
+from jupyter_cleverthis.spec import JobStatus
+
+from .training_helpers import delay_steps, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def sweep_spec(job_name, tiny_model, dataset, **sweep):
+    return JobSpec(name=job_name, base_model=tiny_model, dataset_path=str(dataset), epochs=2, batch_size=8, workers=1,
+                   training_config={"validation_split": 0.2}, sweep=sweep)
+
+
+def test_three_trial_sweep_compares_trials_and_prefills_create_from_best(ray_cluster, tiny_model, dataset, job_name):
+    svc = JobService()
+    rates = [1e-4, 1e-3, 3e-3]
+    spec = sweep_spec(job_name, tiny_model, dataset, parameters={"learning_rate": {"values": rates}}, concurrent=2)
+    svc.create(spec, owner="tester")
+    done = svc.wait("local", job_name, poll=1, timeout=900)
+    assert done.status == JobStatus.SUCCEEDED, done.error
+    evs = svc.events("local", job_name)
+    result = next(e for e in evs if e["type"] == "sweep_result")
+
+    cmp = svc.sweep("local", job_name)
+    names = [f"{job_name}-t{i}" for i in (1, 2, 3)]
+    assert [t.name for t in cmp.trials] == names and cmp.metric == "eval_loss" and cmp.parameters == ["learning_rate"]
+    assert [t.values["learning_rate"] for t in cmp.trials] == rates
+    assert all(t.status == JobStatus.SUCCEEDED and t.epochs_done == 2 for t in cmp.trials)
+    # the best is the lowest final validation loss, and the one Ray Tune chose
+    assert cmp.best == result["best"] == min(cmp.trials, key=lambda t: t.final_eval_loss).name
+    assert [round(t.objective, 6) for t in cmp.trials] == [round(t["objective"], 6) for t in result["trials"]]
+
+    for i, name in enumerate(names):
+        d = svc.get("local", name)  # a child job: its own status, spec, checkpoints and curve
+        assert d.status == JobStatus.SUCCEEDED and d.parent == job_name
+        assert d.spec["training_config"]["learning_rate"] == rates[i] and "sweep" not in d.spec
+        assert {c.name for c in d.checkpoints} >= {"epoch-1", "epoch-2"}
+        assert all(c.path.startswith(os.path.join(cmp.checkpoint_dir, name) + "/") for c in d.checkpoints)
+        curve = svc.metrics("local", name)
+        assert curve["count"] > 5 and len(curve["validation"]) == 2, curve.keys()
+        own = svc.events("local", name)
+        assert own[0]["i"] == 1 and {e.get("trial") for e in own} == {name}
+        assert name in svc.logs("local", name)["text"]
+    listed = [j.name for j in svc.list("local") if j.name == job_name or j.parent == job_name]
+    assert listed == [job_name, *names]
+
+    best = svc.best_spec("local", job_name)
+    assert best["training_config"]["learning_rate"] == rates[names.index(cmp.best)]
+    assert "sweep" not in best and "output_dir" not in best and best["name"] == f"{job_name}-best"
+    JobSpec.model_validate(best)  # what the form opens with is a valid job
+    with pytest.raises(JobConflict, match="cancel the sweep"):
+        svc.cancel("local", names[0], user="tester")
+
+
+def test_cancelled_sweep_leaves_each_trial_cancelled_with_a_loadable_checkpoint(ray_cluster, tiny_model, dataset,
+                                                                               job_name, monkeypatch):
+    delay_steps(monkeypatch, 0.3)
+    svc = JobService()
+    spec = sweep_spec(job_name, tiny_model, dataset, parameters={"lora_r": {"values": [4, 8]}}, concurrent=2)
+    svc.create(spec, owner="tester")
+    names = [f"{job_name}-t1", f"{job_name}-t2"]
+    for name in names:  # both trials are training
+        wait_for(svc, name, lambda evs: any(e["type"] == "step" for e in evs), what="a training step", timeout=600)
+    svc.cancel("local", job_name, user="tester")
+    assert svc.wait("local", job_name, poll=1, timeout=300).status == JobStatus.CANCELLED
+    from transformers import AutoModelForCausalLM
+
+    for name in names:
+        d = svc.get("local", name)
+        assert d.status == JobStatus.CANCELLED, (name, d.phase, d.error)
+        cancel_ckpt = d.checkpoints[-1]
+        meta = json.loads(open(os.path.join(cancel_ckpt.path, "checkpoint.json")).read())
+        assert meta["job"] == name
+        AutoModelForCausalLM.from_pretrained(cancel_ckpt.path)  # the merged weights load
