@@ -392,6 +392,10 @@ export interface JobSpec {
    * Overrides training_config.json keys found in the dataset path
    */
   training_config?: TrainingConfig | null;
+  /**
+   * Try one to three parameters over several trials on Ray Tune (README, Sweeps)
+   */
+  sweep?: SweepSpec | null;
 }
 /**
  * training_config.json: the keys of the product page plus what a fine-tune needs beside them.
@@ -534,6 +538,64 @@ export interface TrainingConfig {
   cancel_grace_s?: number | null;
 }
 /**
+ * The form's Sweep section: what varies, how many trials, how many at once, what decides the best.
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "SweepSpec".
+ */
+export interface SweepSpec {
+  /**
+   * One to three of learning_rate, lora_r, lora_alpha, batch_size, epochs, warmup_ratio, weight_decay, each with values or a range
+   */
+  parameters: {
+    [k: string]: SweepValues;
+  };
+  /**
+   * How many trials (default: every combination of the value lists; a range needs a number)
+   */
+  trials?: number | null;
+  /**
+   * Trials that run at the same time
+   */
+  concurrent?: number;
+  /**
+   * What picks the best trial (lowest wins): auto is the validation loss when the data has a validation split, else the training loss
+   */
+  metric?: 'auto' | 'eval_loss' | 'loss';
+  /**
+   * asha: Ray Tune's ASHA stops trials that trail at each epoch
+   */
+  scheduler?: 'none' | 'asha';
+  /**
+   * Seed of the sampled ranges
+   */
+  seed?: number;
+}
+/**
+ * One parameter's values: a list, or a range sampled on a log or linear scale.
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "SweepValues".
+ */
+export interface SweepValues {
+  /**
+   * The values to try
+   */
+  values?: [number, ...number[]] | null;
+  /**
+   * The range's lower end (with max)
+   */
+  min?: number | null;
+  /**
+   * The range's upper end (with min)
+   */
+  max?: number | null;
+  /**
+   * How a range is sampled: log or linear
+   */
+  sampling?: 'log' | 'linear';
+}
+/**
  * A slow or stuck job's hint (service/slowness.py): `kind` (data_loading, gpu_utilisation, one_worker,
  * stuck_initializing) and the sentence with the page's advice.
  *
@@ -566,6 +628,14 @@ export interface JobDetail {
   ended_at: number | null;
   elapsed_s: number | null;
   message: string | null;
+  /**
+   * The sweep this job is a trial of
+   */
+  parent: string | null;
+  /**
+   * A sweep's number of trials
+   */
+  trials: number | null;
   spec: JobSpec | null;
   phase: string | null;
   checkpoint_dir: string | null;
@@ -711,6 +781,7 @@ export interface UtilisationEvent {
   seq: number;
   t: number | null;
   type: 'utilisation';
+  trial: string | null;
   rank: number;
   hostname: string | null;
   pid: number | null;
@@ -758,6 +829,14 @@ export interface JobSummary {
   ended_at: number | null;
   elapsed_s: number | null;
   message: string | null;
+  /**
+   * The sweep this job is a trial of
+   */
+  parent: string | null;
+  /**
+   * A sweep's number of trials
+   */
+  trials: number | null;
 }
 /**
  * `GET .../jobs/{name}/logs?offset=&limit=`: the log text from `offset`; `next` continues it, `size` is the
@@ -841,6 +920,59 @@ export interface SpecExport {
     [k: string]: unknown;
   };
   yaml: string;
+}
+/**
+ * A sweep compared: each trial's parameters and results, and the best trial so far.
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "SweepDetail".
+ */
+export interface SweepDetail {
+  name: string;
+  cluster: string;
+  status: JobStatus;
+  parameters: string[];
+  /**
+   * eval_loss or loss: what picks the best trial (lowest wins)
+   */
+  metric: string | null;
+  metric_label: string | null;
+  /**
+   * The best trial's name
+   */
+  best: string | null;
+  scheduler: string;
+  concurrent: number;
+  checkpoint_dir: string | null;
+  trials: SweepTrialRow[];
+}
+/**
+ * One row of a sweep's comparison table.
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "SweepTrialRow".
+ */
+export interface SweepTrialRow {
+  name: string;
+  index: number;
+  values: {
+    [k: string]: number;
+  };
+  status: JobStatus;
+  epochs_done: number;
+  final_eval_loss: number | null;
+  best_eval_loss: number | null;
+  final_loss: number | null;
+  /**
+   * Median training throughput
+   */
+  tokens_per_s: number | null;
+  /**
+   * The sweep's metric at the trial's last epoch
+   */
+  objective: number | null;
+  checkpoint_dir: string | null;
+  message: string | null;
 }
 /**
  * A saved spec (`$CLEVERTHIS_HOME/templates/<name>.yaml`): every field but the job's name.

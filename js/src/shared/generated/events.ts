@@ -32,7 +32,9 @@ export type CleverthisEvent =
   | ExportEvent
   | ChatTextEvent
   | ChatAnswerEvent
-  | ChatEvent;
+  | ChatEvent
+  | SweepEvent
+  | SweepResultEvent;
 /**
  * Where a job is, as its `phase` events say (in roughly the order a job passes them).
  */
@@ -55,6 +57,7 @@ export interface PhaseEvent {
   seq?: number;
   t?: number | null;
   type: 'phase';
+  trial?: string | null;
   phase: Phase;
   pid?: number | null;
   workers?: number | null;
@@ -78,6 +81,7 @@ export interface ConfigEvent {
   seq?: number;
   t?: number | null;
   type: 'config';
+  trial?: string | null;
   training_config: {
     [k: string]: unknown;
   };
@@ -98,6 +102,7 @@ export interface WorkerEvent {
   seq?: number;
   t?: number | null;
   type: 'worker';
+  trial?: string | null;
   rank: number;
   world_size: number;
   attempt?: number;
@@ -115,6 +120,7 @@ export interface ErrorEvent {
   seq?: number;
   t?: number | null;
   type: 'error';
+  trial?: string | null;
   kind?: string | null;
   error_type?: string | null;
   message?: string;
@@ -134,6 +140,7 @@ export interface WorkerErrorEvent {
   seq?: number;
   t?: number | null;
   type: 'worker_error';
+  trial?: string | null;
   rank?: number | null;
   kind?: string | null;
   error_type?: string | null;
@@ -146,6 +153,7 @@ export interface DatasetEvent {
   seq?: number;
   t?: number | null;
   type: 'dataset';
+  trial?: string | null;
   format: string;
   examples: number;
   validation_examples?: number;
@@ -158,6 +166,7 @@ export interface PackingEvent {
   seq?: number;
   t?: number | null;
   type: 'packing';
+  trial?: string | null;
   rows: number;
   validation_rows?: number;
   max_seq_length?: number | null;
@@ -171,6 +180,7 @@ export interface PlanEvent {
   seq?: number;
   t?: number | null;
   type: 'plan';
+  trial?: string | null;
   method: string;
   precision: string;
   strategy: string;
@@ -194,6 +204,7 @@ export interface WarningEvent {
   seq?: number;
   t?: number | null;
   type: 'warning';
+  trial?: string | null;
   message: string;
   checkpoint?: string | null;
   [k: string]: unknown;
@@ -203,6 +214,7 @@ export interface ResumeEvent {
   seq?: number;
   t?: number | null;
   type: 'resume';
+  trial?: string | null;
   checkpoint: string;
   exact: boolean;
   completed_epochs?: number;
@@ -220,6 +232,7 @@ export interface RecoveryEvent {
   seq?: number;
   t?: number | null;
   type: 'recovery';
+  trial?: string | null;
   attempt: number;
   max_failures?: number | null;
   checkpoint?: string | null;
@@ -237,6 +250,7 @@ export interface CheckpointEvent {
   seq?: number;
   t?: number | null;
   type: 'checkpoint';
+  trial?: string | null;
   name: string;
   path: string;
   epoch?: number | null;
@@ -259,6 +273,7 @@ export interface StrategyEvent {
   seq?: number;
   t?: number | null;
   type: 'strategy';
+  trial?: string | null;
   strategy?: string | null;
   framework?: string | null;
   world_size?: number | null;
@@ -287,6 +302,7 @@ export interface TrackingEvent {
   seq?: number;
   t?: number | null;
   type: 'tracking';
+  trial?: string | null;
   tensorboard?: {
     [k: string]: unknown;
   } | null;
@@ -303,6 +319,7 @@ export interface StepEvent {
   seq?: number;
   t?: number | null;
   type: 'step';
+  trial?: string | null;
   step: number;
   total_steps?: number | null;
   epoch?: number | null;
@@ -320,6 +337,7 @@ export interface EpochEvent {
   seq?: number;
   t?: number | null;
   type: 'epoch';
+  trial?: string | null;
   epoch: number;
   step?: number | null;
   train_loss?: number | null;
@@ -331,6 +349,7 @@ export interface ValidationEvent {
   seq?: number;
   t?: number | null;
   type: 'validation';
+  trial?: string | null;
   epoch?: number | null;
   step?: number | null;
   eval_loss: number;
@@ -342,6 +361,7 @@ export interface EarlyStopEvent {
   seq?: number;
   t?: number | null;
   type: 'early_stop';
+  trial?: string | null;
   reason: string;
   step?: number | null;
   epoch?: number | null;
@@ -358,6 +378,7 @@ export interface UtilisationEvent {
   seq?: number;
   t?: number | null;
   type: 'utilisation';
+  trial?: string | null;
   rank: number;
   hostname?: string | null;
   pid?: number | null;
@@ -378,6 +399,7 @@ export interface DownloadProgressEvent {
   seq?: number;
   t?: number | null;
   type: 'download_progress';
+  trial?: string | null;
   model: string;
   node?: string | null;
   what?: string | null;
@@ -390,6 +412,7 @@ export interface DownloadDoneEvent {
   seq?: number;
   t?: number | null;
   type: 'download_done';
+  trial?: string | null;
   model: string;
   path: string;
   seconds?: number | null;
@@ -403,6 +426,7 @@ export interface DownloadEvent {
   seq?: number;
   t?: number | null;
   type: 'download';
+  trial?: string | null;
   model: string;
   revision?: string | null;
   ok: boolean;
@@ -421,6 +445,7 @@ export interface PreflightEvent {
   seq?: number;
   t?: number | null;
   type: 'preflight';
+  trial?: string | null;
   errors?: FieldProblem[];
   warnings?: string[];
   [k: string]: unknown;
@@ -443,6 +468,7 @@ export interface ExportEvent {
   seq?: number;
   t?: number | null;
   type: 'export';
+  trial?: string | null;
   source: string;
   path?: string | null;
   dtype?: string | null;
@@ -458,6 +484,7 @@ export interface ChatTextEvent {
   seq?: number;
   t?: number | null;
   type: 'chat_text';
+  trial?: string | null;
   index: number;
   text: string;
   [k: string]: unknown;
@@ -477,6 +504,7 @@ export interface ChatAnswerEvent {
   seq?: number;
   t?: number | null;
   type: 'chat_answer';
+  trial?: string | null;
   [k: string]: unknown;
 }
 /**
@@ -487,6 +515,7 @@ export interface ChatEvent {
   seq?: number;
   t?: number | null;
   type: 'chat';
+  trial?: string | null;
   answers?: ChatAnswer[];
   error?: string | null;
   [k: string]: unknown;
@@ -502,4 +531,43 @@ export interface ChatAnswer {
   text: string;
   new_tokens: number;
   seconds: number;
+}
+/**
+ * The sweep starts: its trials (names and values), what decides the best, and how they are run.
+ */
+export interface SweepEvent {
+  src?: string | null;
+  seq?: number;
+  t?: number | null;
+  type: 'sweep';
+  trial?: string | null;
+  trials: SweepTrial[];
+  metric: 'eval_loss' | 'loss';
+  scheduler?: string;
+  concurrent?: number;
+  checkpoint_dir?: string | null;
+  [k: string]: unknown;
+}
+export interface SweepTrial {
+  name: string;
+  values: {
+    [k: string]: number;
+  };
+  status?: string | null;
+  objective?: number | null;
+  epochs?: number | null;
+}
+/**
+ * Ray Tune's outcome: each trial's last value of the metric, and the best trial.
+ */
+export interface SweepResultEvent {
+  src?: string | null;
+  seq?: number;
+  t?: number | null;
+  type: 'sweep_result';
+  trial?: string | null;
+  metric: 'eval_loss' | 'loss';
+  best?: string | null;
+  trials?: SweepTrial[];
+  [k: string]: unknown;
 }
