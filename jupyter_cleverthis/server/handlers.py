@@ -21,6 +21,7 @@ Routes (all under <base_url>cleverthis/api, all authenticated; see docs/openapi.
   GET  /clusters/{cluster}/jobs/{name}/tensorboard  {url} of the TensorBoard of the job's checkpoint folder
   GET  /clusters/{cluster}/jobs/{name}/spec      the job's submitted spec, also as YAML (clone, export)
   POST /clusters/{cluster}/jobs/{name}/export    {checkpoint, dtype}: a standalone merged fp16/bf16 folder (201)
+Sweeps (GET .../sweep, .../sweep/best) and chat (POST .../chat, streamed): experiments.py.
 Dashboard proxy: <base_url>cleverthis/proxy/{cluster}/{path} (configured clusters only).
 TensorBoard proxy: <base_url>cleverthis/tensorboard/{key}/{path} (GET and POST, both reads).
 """
@@ -49,7 +50,6 @@ from ..service.models import (
     ClusterInfo,
     ClusterList,
     ClusterState,
-    Comparison,
     Curves,
     DownloadResult,
     EventsPage,
@@ -246,15 +246,6 @@ class NodesHandler(BaseHandler):
         self.reply_model(NodeList.model_validate({"nodes": await self.run(self.service.nodes, cluster)}))
 
 
-class CompareHandler(BaseHandler):
-    @api
-    async def get(self, cluster: str) -> None:
-        names = list(dict.fromkeys(n.strip() for n in self.get_query_argument("jobs", "").split(",") if n.strip()))
-        if not 2 <= len(names) <= 10:
-            raise BadRequest("jobs must name 2 to 10 different jobs, separated by commas", details={"field": "jobs"})
-        self.reply_model(Comparison(jobs=names, diff=await self.run(self.service.compare, cluster, names)))
-
-
 class JobsHandler(BaseHandler):
     @api
     async def get(self, cluster: str) -> None:
@@ -369,6 +360,8 @@ def _is_anonymous(user: Any) -> bool:
 
 
 def routes() -> list[tuple[str, type[Any]]]:
+    from .experiments import CompareHandler
+    from .experiments import routes as experiment_routes
     from .proxy import DashboardProxyHandler, LogTailHandler
     from .tensorboard import TensorBoardHandler, TensorBoardProxyHandler
 
@@ -395,6 +388,7 @@ def routes() -> list[tuple[str, type[Any]]]:
         (rf"{job}/tensorboard", TensorBoardHandler),
         (rf"{job}/spec", SpecHandler),
         (rf"{job}/export", ExportHandler),
+        *experiment_routes(job),
         (r"/cleverthis/proxy/([^/]+)/(.*)", DashboardProxyHandler),
         (r"/cleverthis/tensorboard/([^/]+)(/.*)", TensorBoardProxyHandler),
     ]

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from .strict import _Strict
+from .strict import StrictModel
 from .sweep_spec import SweepSpec
 
 NAME_PATTERN = r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,62}[A-Za-z0-9])?$"
@@ -37,7 +37,7 @@ class JobStatus(str, Enum):
         return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
 
 
-class DeepSpeedConfig(_Strict):
+class DeepSpeedConfig(StrictModel):
     zero_stage: Literal[0, 1, 2, 3] = Field(2, description="ZeRO stage: 1 optimizer states, 2 + gradients, 3 + parameters")
     offload_optimizer: bool = Field(False, description="Offload optimizer states to CPU memory")
     offload_param: bool = Field(False, description="Offload parameters to CPU memory (stage 3 only)")
@@ -53,7 +53,7 @@ class DeepSpeedConfig(_Strict):
         return self
 
 
-class TrainingConfig(_Strict):
+class TrainingConfig(StrictModel):
     """training_config.json: the keys of the product page plus what a fine-tune needs beside them."""
 
     method: Literal["full", "lora", "qlora"] | None = Field(
@@ -194,7 +194,7 @@ class TrainingConfig(_Strict):
         return self.lora_alpha if self.lora_alpha is not None else 2.0 * self.lora_r
 
 
-class JobSpec(_Strict):
+class JobSpec(StrictModel):
     """What a user asks for when creating a job (the Create Job dialog's fields, the page's defaults)."""
 
     name: str = Field(

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, model_validator
 
 
-class _Strict(BaseModel):
+class StrictModel(BaseModel):
     """Rejects unknown keys with a "did you mean" suggestion naming the closest known key."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)

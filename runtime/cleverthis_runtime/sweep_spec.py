@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from .strict import _Strict
+from .strict import StrictModel
 
 SweepParameter = Literal["learning_rate", "lora_r", "lora_alpha", "batch_size", "epochs", "warmup_ratio",
                          "weight_decay"]
@@ -26,7 +26,7 @@ INTEGER = ("lora_r", "batch_size", "epochs")
 MAX_TRIALS = 100
 
 
-class SweepValues(_Strict):
+class SweepValues(StrictModel):
     """One parameter's values: a list, or a range sampled on a log or linear scale."""
 
     values: list[float] | None = Field(None, min_length=1, max_length=MAX_TRIALS, description="The values to try")
@@ -49,7 +49,7 @@ class SweepValues(_Strict):
         return self
 
 
-class SweepSpec(_Strict):
+class SweepSpec(StrictModel):
     """The form's Sweep section: what varies, how many trials, how many at once, what decides the best."""
 
     parameters: dict[SweepParameter, SweepValues] = Field(
