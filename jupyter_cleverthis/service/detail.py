@@ -156,6 +156,7 @@ def submitted_detail(cluster: str, name: str, *, runtime_env: dict[str, Any], me
         elapsed_s=0.0,
         spec=spec,
         log_url=log_url,
+        trials=_trial_count(spec or {}),
     )
 
 

@@ -5,10 +5,12 @@ sweep leaves every trial cancelled with a checkpoint that loads."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 
 import pytest
+from tornado.httpclient import HTTPClientError
 
 from cleverthis_runtime.spec import JobSpec
 from jupyter_cleverthis.errors import JobConflict
@@ -25,12 +27,15 @@ def sweep_spec(job_name, tiny_model, dataset, **sweep):
                    training_config={"validation_split": 0.2}, sweep=sweep)
 
 
-def test_three_trial_sweep_compares_trials_and_prefills_create_from_best(ray_cluster, tiny_model, dataset, job_name):
+async def test_three_trial_sweep_compares_trials_and_prefills_create_from_best(jp_fetch, ray_cluster, tiny_model,
+                                                                               dataset, job_name):
     svc = JobService()
     rates = [1e-4, 1e-3, 3e-3]
     spec = sweep_spec(job_name, tiny_model, dataset, parameters={"learning_rate": {"values": rates}}, concurrent=2)
-    svc.create(spec, owner="tester")
-    done = svc.wait("local", job_name, poll=1, timeout=900)
+    api = ("cleverthis", "api", "clusters", "local", "jobs")
+    resp = await jp_fetch(*api, method="POST", body=spec.model_dump_json(exclude_none=True), request_timeout=180)
+    assert resp.code == 201 and json.loads(resp.body)["trials"] == 3
+    done = await asyncio.to_thread(svc.wait, "local", job_name, poll=1, timeout=900)
     assert done.status == JobStatus.SUCCEEDED, done.error
     evs = svc.events("local", job_name)
     result = next(e for e in evs if e["type"] == "sweep_result")
@@ -63,7 +68,22 @@ def test_three_trial_sweep_compares_trials_and_prefills_create_from_best(ray_clu
     assert "sweep" not in best and "output_dir" not in best and best["name"] == f"{job_name}-best"
     JobSpec.model_validate(best)  # what the form opens with is a valid job
     with pytest.raises(JobConflict, match="cancel the sweep"):
-        svc.cancel("local", names[0], user="tester")
+        svc.cancel("local", names[0])
+
+    # the same through REST: the comparison, Create from best, and a chat with the best trial's final checkpoint
+    body = json.loads((await jp_fetch(*api, job_name, "sweep")).body)
+    assert body["best"] == cmp.best and [t["name"] for t in body["trials"]] == names
+    assert json.loads((await jp_fetch(*api, job_name, "sweep", "best")).body)["spec"] == best
+    chat = await jp_fetch(*api, cmp.best, "chat", method="POST", request_timeout=300,
+                          body=json.dumps({"prompt": "Tell me about rivers", "max_new_tokens": 12}))
+    assert chat.headers["Content-Type"].startswith("application/x-ndjson")
+    lines = [json.loads(line) for line in chat.body.decode().splitlines()]
+    pieces = [x["text"] for x in lines if x["type"] == "text"]
+    (answer,) = lines[-1]["answers"]
+    assert pieces and "".join(pieces) == answer["text"] and answer["label"] == "epoch-2"
+    with pytest.raises(HTTPClientError) as e:  # a bad setting is named before anything runs
+        await jp_fetch(*api, cmp.best, "chat", method="POST", body=json.dumps({"prompt": "hi", "top_p": 0}))
+    assert e.value.code == 400 and json.loads(e.value.response.body)["details"]["field"] == "top_p"
 
 
 def test_cancelled_sweep_leaves_each_trial_cancelled_with_a_loadable_checkpoint(ray_cluster, tiny_model, dataset,
