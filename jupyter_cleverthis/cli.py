@@ -6,6 +6,7 @@
     %train resume N [--epochs E] [--new-name M] [--wait] [--json]           continue a job as a new job
     %train cluster up | down | list [--json]                                the managed local cluster
     %train download MODEL [--cluster C] [--revision R] [--json]             pre-fetch a Hub model on every node
+    %train sweep --name S ... --param lr=1e-4,3e-4 [--trials K] [--scheduler asha] | chat N --prompt P (cli_experiments)
     %train setup tensorflow [--path P]                                      the environment of framework tensorflow
 
 Exit codes of `cleverthis-train`: 0 done (a waited-for job succeeded), 1 a waited-for job (or a download) did
@@ -25,11 +26,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .cli_experiments import add_chat_parser, add_sweep_options, chat_command, sweep_from_args, sweep_text
 from .errors import BadRequest, CleverThisError, InvalidSpec
 from .spec import JobSpec, JobStatus
 from .text import detail_text, download_text, fmt_bytes, jobs_table, progress_line
 
-SUBCOMMANDS = ("create", "list", "show", "logs", "cancel", "resume", "export", "cluster", "download", "setup")
+SUBCOMMANDS = ("create", "sweep", "list", "show", "logs", "cancel", "resume", "export", "chat", "cluster", "download",
+               "setup")
 
 
 class UsageError(CleverThisError):
@@ -71,15 +74,19 @@ def build_parser(prog: str = "cleverthis-train") -> argparse.ArgumentParser:
     def cluster_opt(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--cluster", default=default_cluster(), help="cluster name or dashboard address")
 
-    c = sub.add_parser("create", help="create a job (the default subcommand)")
-    c.add_argument("--name", required=True, help=_field_help("name"))
-    cluster_opt(c)
-    for flag, field in CREATE_OPTIONS:
-        _spec_option(c, flag, field)
-    c.add_argument("--config", dest="training_config", default=None,
-                   help="training_config overrides: a JSON object, or a JSON or YAML file")
-    c.add_argument("--wait", action="store_true", help="block until the job ends; exit non-zero unless succeeded")
-    c.add_argument("--json", action="store_true", help="print the job as JSON")
+    for cmd, helptext in (("create", "create a job (the default subcommand)"),
+                          ("sweep", "create a sweep: the job tried over 1-3 parameters on Ray Tune (README, Sweeps)")):
+        c = sub.add_parser(cmd, help=helptext)
+        c.add_argument("--name", required=True, help=_field_help("name"))
+        cluster_opt(c)
+        for flag, field in CREATE_OPTIONS:
+            _spec_option(c, flag, field)
+        c.add_argument("--config", dest="training_config", default=None,
+                       help="training_config overrides: a JSON object, or a JSON or YAML file")
+        c.add_argument("--wait", action="store_true", help="block until the job ends; exit non-zero unless succeeded")
+        c.add_argument("--json", action="store_true", help="print the job as JSON")
+        if cmd == "sweep":
+            add_sweep_options(c, _int)
 
     ls = sub.add_parser("list", help="list jobs")
     cluster_opt(ls)
@@ -124,6 +131,7 @@ def build_parser(prog: str = "cleverthis-train") -> argparse.ArgumentParser:
                     help="export Ray's Prometheus metrics on a loopback port (no authentication; off by default)")
     cl.add_argument("--json", action="store_true")
 
+    add_chat_parser(sub, cluster_opt)
     st = sub.add_parser("setup", help="create an environment jobs need: tensorflow (for framework tensorflow)")
     st.add_argument("what", choices=["tensorflow"])
     st.add_argument("--path", default=None, help="where (default: $CLEVERTHIS_HOME/envs/tensorflow)")
@@ -185,6 +193,8 @@ def spec_from_args(a: argparse.Namespace) -> Any:
     }
     if a.training_config:
         data["training_config"] = load_config_arg(a.training_config)
+    if getattr(a, "param", None):  # `sweep`
+        data["sweep"] = sweep_from_args(a)
     return JobService.validate(data)
 
 
@@ -253,7 +263,8 @@ def _list(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:
 
 def _show(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:
     d = svc.get(a.cluster, a.name)
-    out(d.model_dump_json(indent=2) if a.json else detail_text(d))
+    out(d.model_dump_json(indent=2) if a.json else detail_text(d) + (
+        "\n" + sweep_text(svc.sweep(a.cluster, a.name)) if d.trials else ""))
     return d
 
 
@@ -353,7 +364,7 @@ def _setup(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, Callable[[str], None], Any], Any]] = {
-    "create": _create, "list": _list, "show": _show, "logs": _logs, "resume": _resume, "export": _export, "cancel": _cancel,
+    "create": _create, "sweep": _create, "chat": chat_command, "list": _list, "show": _show, "logs": _logs, "resume": _resume, "export": _export, "cancel": _cancel,
     "download": _download, "cluster": _cluster, "setup": _setup,
 }
 
@@ -376,7 +387,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 3
     except KeyboardInterrupt:
         return 130
-    if a.command in ("create", "resume", None) and getattr(a, "wait", False):
+    if a.command in ("create", "sweep", "resume", None) and getattr(a, "wait", False):
         return 0 if d.status == JobStatus.SUCCEEDED else 1
     if a.command == "download":
         return 0 if d.get("ok") else 1

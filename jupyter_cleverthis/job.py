@@ -74,6 +74,10 @@ class Job:
         cluster; returns the ExportResult (its `path` loads with AutoModelForCausalLM)."""
         return self._svc.export(self.cluster, self.name, checkpoint, dtype)
 
+    def sweep(self) -> Any:
+        """A sweep's trials compared (SweepDetail: parameters, results, status and the best trial)."""
+        return self._svc.sweep(self.cluster, self.name)
+
     def wait(self, timeout: float | None = None) -> JobDetail:
         return self._svc.wait(self.cluster, self.name, timeout=timeout)
 

@@ -3,6 +3,8 @@
     %train --name N --model M --dataset D ...   create; shows a live status line and the loss curve
     %train list | show N | logs N               JobList / JobView / LogStream widgets
     %train cancel N | resume N [--epochs K]     returns the Job handle
+    %train sweep --name S ... --param P=V1,V2   create a sweep; shows the trials compared (SweepView)
+    %train chat N [--checkpoint C ...]          the ChatWithCheckpoint widget (asks --prompt at once)
     %%train [--wait]                            the cell is a YAML or JSON spec (a `training_config`
                                                 mapping inside it is the training config)
 """
@@ -40,11 +42,34 @@ class TrainMagics(Magics):
             return None
 
     def _line(self, line: str) -> Any:
-        from .widgets import JobList, JobProgress, JobView, LogStream, LossCurve
+        from .widgets import (
+            ChatWithCheckpoint,
+            JobList,
+            JobProgress,
+            JobView,
+            LogStream,
+            LossCurve,
+            SweepView,
+        )
 
         a = parse_line(line)
         svc = default_service()
         cmd = a.command or "create"
+        if cmd == "sweep" and not a.wait:
+            execute(a, lambda s: None, service=svc)
+            display(SweepView(a.name, cluster=a.cluster, service=svc))
+            return Job(a.name, a.cluster, service=svc)
+        if cmd == "chat":
+            job = Job.attach(a.name, cluster=a.cluster, service=svc)
+            chat = ChatWithCheckpoint(job, a.checkpoint, serve=a.serve, max_new_tokens=a.max_new_tokens,
+                                      temperature=a.temperature, top_p=a.top_p)
+            display(chat)
+            if a.prompt:
+                chat.ask(a.prompt)
+            return chat
+        if cmd == "show" and not a.json and svc.get(a.cluster, a.name).trials:
+            display(SweepView(a.name, cluster=a.cluster, service=svc))
+            return Job(a.name, a.cluster, service=svc)
         if cmd == "create" and not a.wait:
             execute(a, lambda s: None, service=svc)
             job = Job(a.name, a.cluster, service=svc)
@@ -62,7 +87,7 @@ class TrainMagics(Magics):
             display(LogStream(job, service=svc))
             return None
         result = execute(a, print, service=svc)
-        if cmd in ("create", "show", "cancel", "resume"):
+        if cmd in ("create", "sweep", "show", "cancel", "resume"):
             return Job(result.name, a.cluster if cmd != "create" else result.cluster, service=svc)
         return result if cmd in ("list", "export") else None
 

@@ -33,7 +33,14 @@ export class WidgetCreatePane {
       return;
     }
     const transport = this._transport;
-    this._form = new CreateJobForm({ schema: schema as ISchemaBundle, cluster: transport.cluster(), transport });
+    // `values`: the fields the form opens with (a sweep's "Create from best": the best trial's spec)
+    const values = this._transport.model.get('values');
+    this._form = new CreateJobForm({
+      schema: schema as ISchemaBundle,
+      cluster: transport.cluster(),
+      transport,
+      values: values && typeof values === 'object' ? (values as Record<string, unknown>) : undefined
+    });
     this.node.replaceChildren(
       this._form.node,
       h('div', { class: `${CSS_PREFIX}-toolbar ${CSS_PREFIX}-widgetCreateFooter` }, this._button)

@@ -1,5 +1,5 @@
 """Notebook widgets for training jobs: `CreateJobForm`, `JobList`, `JobView`, `LogStream`, `LossCurve`,
-`ChatWithCheckpoint`.
+`ChatWithCheckpoint`, `SweepView`.
 
 Job-scoped widgets take the job (a `jupyter_cleverthis.Job` or its name) first; `LossCurve` also takes a
 list of jobs to compare. They refresh from the kernel's event loop without blocking it.
@@ -14,8 +14,10 @@ from .chat import ChatWithCheckpoint
 from .curve import LossCurve
 from .jobs import CreateJobForm, JobList, JobView, LogStream
 from .live import JobProgress
+from .sweep import SweepView
 
-__all__ = ["ChatWithCheckpoint", "CreateJobForm", "JobList", "JobProgress", "JobView", "LogStream", "LossCurve"]
+__all__ = ["ChatWithCheckpoint", "CreateJobForm", "JobList", "JobProgress", "JobView", "LogStream", "LossCurve",
+           "SweepView"]
 
 
 def __getattr__(name: str) -> Any:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import traitlets as t
+
 from ..job import Job
 from ..schemas import schema_bundle
 from .base import JobsWidget, job_cluster, job_name
@@ -62,8 +64,12 @@ class CreateJobForm(JobsWidget):
     """The Create Job dialog: Training / Fine-tuning tabs generated from the spec's JSON Schema, the
     Advanced training_config part and the pre-flight plan. `.job` is the created job."""
 
-    def __init__(self, cluster: str = "local", **kwargs: Any) -> None:
+    #: what the form's fields open with (a spec's keys: "Create from best" of a sweep, a job to start from)
+    values = t.Dict(allow_none=True, default_value=None).tag(sync=True)
+
+    def __init__(self, cluster: str = "local", *, values: dict[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(cluster=cluster, view="create", **kwargs)
+        self.values = values
         self.schema = schema_bundle()  # what GET /schema answers
 
     @property

@@ -34,6 +34,11 @@ def test_example_notebook_runs(nb_path, ray_cluster, tiny_model):
     if nb_path.stem == "tracking":
         assert "succeeded stopped early:" in text and "training losses; validation at steps" in text
         assert "eval_loss by step [(" in text and "FINISHED" in text
+    if nb_path.stem == "sweep":
+        assert "succeeded 3 trials; best sweep-" in text and "by validation loss" in text
+        assert text.count(" succeeded {'learning_rate'") == 3 and "the form opens with learning_rate" in text
+        assert "answered from ['epoch-2'] in" in text and " 0 streamed pieces" not in text
+        assert len(widgets) >= 2  # the sweep view, the chat
     if nb_path.stem == "datasets":
         assert text.count("succeeded") == 2 and "arrow/checkpoints" in text
 
