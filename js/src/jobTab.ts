@@ -81,6 +81,9 @@ export class JobTab extends Widget {
     this.detail = new JobDetailView({
       onCancel: job => this._actions.cancel(job),
       onResume: (job, checkpoint) => this._actions.resume(job, checkpoint),
+      onChat: this.transport.chat
+        ? (job, request, onText) => this.transport.chat!(job.cluster, job.name, request, onText)
+        : undefined,
       onExportMerged: this.transport.exportCheckpoint
         ? (job, checkpoint, dtype) => this.transport.exportCheckpoint!(job.cluster, job.name, checkpoint.name, dtype)
         : undefined,

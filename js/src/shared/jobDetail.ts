@@ -25,6 +25,7 @@ import {
   utilisationRows
 } from './jobDetailSections';
 import { ExportMerged, ExportMergedFn } from './exportMerged';
+import { ChatFn, TryIt } from './tryIt';
 import { ICurveSeries } from './curveFollower';
 import { LogView } from './logView';
 import { ILossCurveOptions, LossCurve } from './lossCurve';
@@ -36,10 +37,7 @@ export interface IJobDetailViewOptions {
   onBack?: () => void;
   /** Shows a Cancel button (enabled while the job is active) calling this. */
   onCancel?: (job: IJobDetail) => void | Promise<unknown>;
-  /**
-   * Shows a Resume button (enabled once the job ended with a checkpoint) and a "Resume from here" button
-   * per checkpoint; `checkpoint` is undefined for the latest.
-   */
+  /** A Resume button (once the job ended with a checkpoint), "Resume from here" per checkpoint (undefined: latest). */
   onResume?: (job: IJobDetail, checkpoint?: ICheckpoint) => void | Promise<unknown>;
   /** Shows "Pre-fetch model" for a base model from the Hub (the model cache of every node). */
   onPrefetch?: (job: IJobDetail) => void;
@@ -47,6 +45,8 @@ export interface IJobDetailViewOptions {
   onRetryWith?: (job: IJobDetail, fix: IFix) => void;
   /** Offers "Open at line N" for a dataset error's line, where this server can show the file. */
   dataLines?: IDataLineOpener;
+  /** Shows "Try it" on every checkpoint: a chat with it, generated on the cluster. */
+  onChat?: ChatFn;
   /** Shows "Export merged" on LoRA checkpoints, running the export on the cluster. */
   onExportMerged?: ExportMergedFn;
   /** Shows "Open in TensorBoard" (for a job whose TensorBoard folder this server can show) calling this. */
@@ -72,6 +72,7 @@ export class JobDetailView {
     this._onCancel = options.onCancel;
     this._onResume = options.onResume;
     this._exportMerged = options.onExportMerged ? new ExportMerged(options.onExportMerged) : undefined;
+    this._tryIt = options.onChat ? new TryIt(options.onChat) : undefined;
     this._onOpenTensorBoard = options.onOpenTensorBoard;
     this._now = options.now ?? (() => Date.now() / 1000);
 
@@ -163,7 +164,8 @@ export class JobDetailView {
     renderCheckpoints(this._checkpoints, job, {
       resuming: this._resuming,
       onResumeFrom: this._onResume ? ckpt => void this._resumeFrom(ckpt) : undefined,
-      exportMerged: this._exportMerged
+      exportMerged: this._exportMerged,
+      tryIt: this._tryIt
     });
     fillTable(this._serving, servingRows(job));
     fillTable(this._tracking, trackingRows(job));
@@ -352,6 +354,7 @@ export class JobDetailView {
   private _resuming = false;
   private readonly _onResume?: (job: IJobDetail, checkpoint?: ICheckpoint) => void | Promise<unknown>;
   private readonly _exportMerged?: ExportMerged;
+  private readonly _tryIt?: TryIt;
   private readonly _resume: HTMLButtonElement;
   private readonly _clone: HTMLButtonElement;
   private readonly _prefetch: HTMLButtonElement;

@@ -13,6 +13,7 @@ import {
   jobTypeLabel
 } from './format';
 import { ExportMerged } from './exportMerged';
+import { TryIt } from './tryIt';
 import {
   ICheckpoint,
   IDataLine,
@@ -221,6 +222,8 @@ export interface ICheckpointsOptions {
   resuming: boolean;
   /** "Export merged" for LoRA checkpoints; none when omitted. */
   exportMerged?: ExportMerged;
+  /** "Try it" (chat with the checkpoint) on every checkpoint; none when omitted. */
+  tryIt?: TryIt;
 }
 
 /** Fill the Checkpoints section: the folder, the list with copy buttons, and a snippet loading the latest. */
@@ -270,11 +273,17 @@ export function renderCheckpoints(container: HTMLElement, job: IJobDetail, optio
     if (options.exportMerged && ExportMerged.applies(ckpt)) {
       item.append(' ', options.exportMerged.button(job, ckpt));
     }
+    if (options.tryIt) {
+      item.append(' ', options.tryIt.button(job, ckpt));
+    }
     list.appendChild(item);
   }
   container.appendChild(list);
   if (options.exportMerged && checkpoints.some(c => ExportMerged.applies(c))) {
     container.appendChild(options.exportMerged.node);
+  }
+  if (options.tryIt) {
+    container.appendChild(options.tryIt.node);
   }
   // the code loading the job's result: its final checkpoint once it has one, else the newest
   const shown = checkpoints.find(c => c.marks?.includes('epoch-final')) ?? checkpoints[checkpoints.length - 1];

@@ -29,6 +29,7 @@ import {
   ITensorBoard
 } from './model';
 import { IJobQuery, ILogTailHandlers, IMetricsQuery, ITransport, TransportError } from './transport';
+import { IChatAnswer, IChatRequest } from './tryIt';
 
 /** Path of the API under the server's base URL. */
 export const API_PATH = 'cleverthis/api';
@@ -204,6 +205,68 @@ export class RestTransport implements ITransport {
 
   openTensorBoard(cluster: string, name: string): Promise<ITensorBoard> {
     return this._request<ITensorBoard>('GET', ['clusters', cluster, 'jobs', name, 'tensorboard']);
+  }
+
+  /** `POST .../chat`: the server streams newline-delimited JSON, read here as it arrives. */
+  async chat(
+    cluster: string,
+    name: string,
+    request: IChatRequest,
+    onText: (index: number, text: string) => void
+  ): Promise<IChatAnswer[]> {
+    const init: RequestInit = {
+      method: 'POST',
+      body: JSON.stringify(request),
+      headers: { 'Content-Type': 'application/json' }
+    };
+    let response: Response;
+    try {
+      response = await ServerConnection.makeRequest(this.url('clusters', cluster, 'jobs', name, 'chat'), init, this.serverSettings);
+    } catch (err) {
+      throw new TransportError(`Cannot reach the server: ${err instanceof Error ? err.message : String(err)}`, 0, 'network_error');
+    }
+    if (!response.ok || !response.body) {
+      const text = await response.text();
+      let data: unknown = undefined;
+      try {
+        data = JSON.parse(text);
+      } catch {
+        data = undefined;
+      }
+      throw TransportError.fromBody(response.status, data, `The chat failed: ${response.statusText || response.status}`);
+    }
+    let answers: IChatAnswer[] | null = null;
+    const handle = (line: string): void => {
+      if (!line.trim()) {
+        return;
+      }
+      const msg = JSON.parse(line) as { type: string; index?: number; text?: string; answers?: IChatAnswer[]; message?: string };
+      if (msg.type === 'text') {
+        onText(msg.index ?? 0, msg.text ?? '');
+      } else if (msg.type === 'answers') {
+        answers = msg.answers ?? [];
+      } else if (msg.type === 'error') {
+        throw new TransportError(msg.message ?? 'the chat failed on the cluster', 502, 'chat_failed');
+      }
+    };
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let rest = '';
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) {
+        break;
+      }
+      rest += decoder.decode(value, { stream: true });
+      const lines = rest.split('\n');
+      rest = lines.pop() ?? '';
+      lines.forEach(handle);
+    }
+    handle(rest);
+    if (answers === null) {
+      throw new TransportError('The chat ended without an answer', 502, 'bad_response');
+    }
+    return answers;
   }
 
   private _user: string | null = null;

@@ -3,6 +3,7 @@
  * the REST implementation (`RestTransport`, in `restTransport.ts`); the
  * notebook widgets use one built over the anywidget model (`widget.ts`).
  */
+import type { IChatAnswer, IChatRequest } from './tryIt';
 import {
   IClusterInfo,
   IClusterState,
@@ -67,6 +68,16 @@ export interface ITransport {
   downloadModel?(cluster: string, model: string, revision?: string): Promise<IDownloadResult>;
   /** Export merged: a checkpoint as a standalone fp16/bf16 model folder on the cluster; absent where it cannot. */
   exportCheckpoint?(cluster: string, name: string, checkpoint: string, dtype: string): Promise<IExportResult>;
+  /**
+   * Chat with a job's checkpoints (`POST .../chat`): `onText` receives the answer's pieces as they are generated;
+   * resolves with every checkpoint's answer. Absent where the transport cannot.
+   */
+  chat?(
+    cluster: string,
+    name: string,
+    request: IChatRequest,
+    onText: (index: number, text: string) => void
+  ): Promise<IChatAnswer[]>;
   /** Where the specs of jobs `names` differ, key by key (`GET .../compare`); absent where it cannot. */
   compareJobs?(cluster: string, names: readonly string[]): Promise<IComparison>;
   /** The cluster's alive nodes, the head first (`GET /clusters/{cluster}/nodes`); absent where unknown. */
