@@ -74,6 +74,8 @@ export function makeJob(i: number, overrides: Partial<IJobSummary> = {}): IJobSu
   return {
     name: `job-${String(i).padStart(4, '0')}`,
     cluster: 'local',
+    parent: null,
+    trials: null,
     status: 'succeeded',
     ray_status: 'SUCCEEDED',
     job_type: i % 2 ? 'finetune' : 'train',

@@ -36,7 +36,7 @@ describe('JobDetailView', () => {
     const section = view.node.querySelector('section[data-section="utilisation"]') as HTMLElement;
     view.setJob(makeDetail());
     expect(section.style.display).toBe('none'); // nothing reported yet
-    const base = { src: null, seq: 1, t: 1, type: 'utilisation' as const, pid: 1, epoch: 1, gpu_index: null,
+    const base = { src: null, seq: 1, t: 1, trial: null, type: 'utilisation' as const, pid: 1, epoch: 1, gpu_index: null,
       gpu_util_percent: null, gpu_memory_allocated_bytes: null, gpu_memory_used_bytes: null,
       gpu_memory_total_bytes: null, gpu_error: null };
     view.setJob(makeDetail({ utilisation: [

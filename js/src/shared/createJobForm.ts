@@ -7,6 +7,7 @@
  * dialog and reusable elsewhere.
  */
 import { CSS_PREFIX, h } from './format';
+import * as Api from './generated/api';
 import {
   IDataLineOpener,
   IFieldError,
@@ -21,6 +22,7 @@ import {
 import { dataLine } from './jobDetailSections';
 import { describeFields } from './schemaFields';
 import { SchemaForm } from './schemaForm';
+import { SweepForm } from './sweepForm';
 import { renderPlan } from './preflightView';
 import { TrainingConfigForm } from './trainingConfigForm';
 import { ITransport, TransportError, errorMessage } from './transport';
@@ -32,7 +34,7 @@ export const JOB_TYPE_TABS: readonly { jobType: JobType; label: string }[] = [
 ];
 
 /** Spec properties the form never renders as generated fields. */
-export const RESERVED_FIELDS: readonly string[] = ['job_type', 'cluster', 'training_config'];
+export const RESERVED_FIELDS: readonly string[] = ['job_type', 'cluster', 'training_config', 'sweep'];
 
 /** Options of {@link CreateJobForm}. */
 export interface ICreateJobFormOptions {
@@ -127,6 +129,8 @@ export class CreateJobForm {
       this.config.node
     );
 
+    this.sweep = new SweepForm(options.schema.job_spec);
+    this.sweep.setValue(options.values?.sweep as Api.SweepSpec | null | undefined);
     this._planOut = h('div', { class: `${FORM_CLASS}-plan`, 'aria-live': 'polite' });
     this._templates = options.templates ?? [];
     this.templateSelect = h(
@@ -157,7 +161,8 @@ export class CreateJobForm {
       templateRow,
       this._clusterLabel,
       this.form.node,
-      this._advanced
+      this._advanced,
+      this.sweep.node
     );
     const transport = options.transport;
     if (transport) {
@@ -200,8 +205,9 @@ export class CreateJobForm {
 
   /** Fill the form from a saved spec: its fields, tab and advanced options; the name typed so far stays. */
   applyTemplate(spec: Record<string, unknown>): void {
-    const { name: _name, cluster: _cluster, job_type, training_config, ...fields } = spec;
+    const { name: _name, cluster: _cluster, job_type, training_config, sweep, ...fields } = spec;
     this.form.setValues(fields);
+    this.sweep.setValue(sweep as Api.SweepSpec | null | undefined);
     if (job_type === 'train' || job_type === 'finetune') {
       this.jobType = job_type;
     }
@@ -221,6 +227,8 @@ export class CreateJobForm {
 
   /** The advanced options: training_config as grouped fields, or as JSON. */
   readonly config: TrainingConfigForm;
+  /** The Sweep section (the spec's `sweep`). */
+  readonly sweep: SweepForm;
 
   /** The advanced options' JSON editor (shown with the "JSON" toggle). */
   get advancedInput(): HTMLTextAreaElement {
@@ -243,6 +251,11 @@ export class CreateJobForm {
     if (tc.value) {
       spec.training_config = tc.value;
     }
+    const sweep = this.sweep.read();
+    errors.push(...sweep.errors);
+    if (sweep.value) {
+      spec.sweep = sweep.value;
+    }
     this.showErrors(errors);
     return { spec: errors.length ? null : spec, errors };
   }
@@ -250,7 +263,9 @@ export class CreateJobForm {
   /** Show field errors (and an optional form-level message). */
   showErrors(errors: readonly IFieldError[], message?: string): void {
     const isConfig = (e: IFieldError) => /^(body\.|spec\.)?training_config(\.|$)/.test(e.field);
-    this.form.setErrors(errors.filter(e => !isConfig(e)), message);
+    const isSweep = (e: IFieldError) => /^(body\.|spec\.)?sweep(\.|$)/.test(e.field);
+    this.sweep.setErrors(errors.filter(isSweep));
+    this.form.setErrors(errors.filter(e => !isConfig(e) && !isSweep(e)), message);
     const config = errors.filter(isConfig).map(e => ({ ...e, field: e.field.replace(/^(body|spec)\./, '') }));
     this.config.setErrors(config);
     if (config.length) {
