@@ -117,8 +117,7 @@ class JobService:
         return runtime_env.job_runtime_env(spec)
 
     def create(self, spec: JobSpec, *, owner: str | None = None, check: bool = True) -> JobDetail:
-        """Check feasibility on the cluster (the quick pre-flight), then submit; `spec` is validated already
-        (`validate`). Raises with the field that is wrong. The answer is built from what was submitted."""
+        """Check feasibility (the quick pre-flight), then submit a validated spec; raises naming the wrong field."""
         cfg = self.ensure_running(spec.cluster)
         client = self.client(spec.cluster)
         if job_info(client, spec.name) is not None:
@@ -158,9 +157,8 @@ class JobService:
         return self._preflight(spec, self._runtime_env(spec), quick=quick, timeout=timeout)
 
     def _quick_check(self, cfg: ClusterConfig, spec: JobSpec, env: dict[str, Any]) -> dict[str, Any]:
-        """Create's feasibility check (the quick pre-flight). On the managed local cluster, whose nodes are all on
-        this machine (its head listens on loopback only), it runs as a process here (`run_helper_here`); elsewhere,
-        and for a job with a Python of its own, as a helper job on the cluster."""
+        """Create's quick pre-flight: a process here on the managed local cluster (all its nodes are on this machine:
+        `run_helper_here`); elsewhere, and for a job with a Python of its own, a helper job on the cluster."""
         if cfg.managed and not env.get("py_executable"):
             return run_helper_here(entrypoint=preflight_entrypoint(True), runtime_env=env, answer="preflight",
                                    timeout=PREFLIGHT_TIMEOUT, what="the pre-flight check")
@@ -233,9 +231,10 @@ class JobService:
         return out[offset: offset + limit if limit else None], len(out)
 
     def get(self, cluster: str, name: str) -> JobDetail:
-        info = self._our_job(cluster, name)
-        detail = detail_of(cluster, info, self._refresh_events(cluster, name, info),
-                           log_url=_log_url(self.cluster(cluster), info.job_id or getattr(info, "parent", name)))
+        info = self._our_job(cluster, name)  # (a sweep's detail is its own events, not its trials')
+        own = [e for e in self.refresh_events(cluster, name, info) if e.get("trial") in (None, name)]
+        ray_job = info.job_id or getattr(info, "parent", None) or name  # a trial's page: its sweep's
+        detail = detail_of(cluster, info, own, log_url=_log_url(self.cluster(cluster), ray_job))
         if detail.status == JobStatus.QUEUED:
             detail.queued_reason = why_queued(detail.spec or {}, cluster_nodes(self.cluster(cluster)), name)
         return detail
@@ -255,7 +254,7 @@ class JobService:
     def events(self, cluster: str, name: str, since: int = 0) -> list[dict[str, Any]]:
         """Events with index `i` > since (indices count from 1 in log order)."""
         info = self._any_job(cluster, name)
-        evs = self._refresh_events(cluster, name, info)
+        evs = self.refresh_events(cluster, name, info)
         if is_trial(info):  # numbered within the trial (sweeps.trial_events)
             return evs[since:]
         return self.store.events(cluster, name, since)
@@ -263,8 +262,9 @@ class JobService:
     def metrics(self, cluster: str, name: str, *, max_points: int = 1000,
                 after_step: float | None = None) -> dict[str, Any]:
         """Loss curves for plotting: step series downsampled (MinMaxLTTB) to at most max_points; with
-        `after_step`, only the points after it (what a drawn curve lacks)."""
-        return curves(self.events(cluster, name), max_points=max_points, after_step=after_step)
+        `after_step`, only the points after it (what a drawn curve lacks). A sweep's own: none (its trials')."""
+        evs = [e for e in self.events(cluster, name) if e.get("trial") in (None, name)]
+        return curves(evs, max_points=max_points, after_step=after_step)
 
     def logs(self, cluster: str, name: str, *, offset: int = 0, limit: int | None = None) -> dict[str, Any]:
         info = self._any_job(cluster, name)
@@ -311,7 +311,7 @@ class JobService:
         info = self._our_job(cluster, name)
         if is_trial(info) or sweep_spec_of(info) is None:
             raise BadRequest(f"job '{name}' is not a sweep", details={"field": "name"})
-        return compare(cluster, info, self._refresh_events(cluster, name, info))
+        return compare(cluster, info, self.refresh_events(cluster, name, info))
 
     def best_spec(self, cluster: str, name: str) -> dict[str, Any]:
         """"Create from best": the spec of sweep `name`'s best trial, as a new job's."""
@@ -346,17 +346,17 @@ class JobService:
 
     def _our_job(self, cluster: str, name: str) -> Any:
         """Ray's record of our job `name` (marked as ours), or JobNotFound."""
-        info = self.info(cluster, name) or trial_of(self, cluster, name)
-        if info is None or (info.metadata or {}).get(MARK) != "1":
+        info = self._any_job(cluster, name)
+        if (info.metadata or {}).get(MARK) != "1":
             raise JobNotFound(f"no job named '{name}' on cluster '{cluster}'", details={"field": "name"})
         return info
 
-    def _refresh_events(self, cluster: str, name: str, info: Any,
+    def refresh_events(self, cluster: str, name: str, info: Any,
                         types: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
         """The job's stored events, after storing what its log gained since the last read (until it is final);
         a sweep trial's are its sweep's that name it."""
         if is_trial(info):
-            evs = trial_events(self._refresh_events(cluster, info.parent, info.parent_info), name)
+            evs = trial_events(self.refresh_events(cluster, info.parent, info.parent_info), name)
             return [e for e in evs if not types or e["type"] in types]
         _, final = self.store.cursor(cluster, name)
         if not final:
@@ -375,7 +375,7 @@ class JobService:
         # does not slow the list down (README, "Reliability").
         evs = self.store.events(cluster, info.submission_id, types=("phase",))
         if status_needs_log(info, evs):
-            evs = self._refresh_events(cluster, info.submission_id, info, types=("phase",))
+            evs = self.refresh_events(cluster, info.submission_id, info, types=("phase",))
         return summary_of(cluster, info, evs)
 
 

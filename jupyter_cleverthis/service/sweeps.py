@@ -178,7 +178,7 @@ def trial_of(svc: Any, cluster: str, name: str) -> SimpleNamespace | None:
     spec = sweep_spec_of(parent) if parent is not None and (parent.metadata or {}).get(MARK) == "1" else None
     if parts is None or spec is None:
         return None
-    evs = svc._refresh_events(cluster, parent.submission_id, parent)
+    evs = svc.refresh_events(cluster, parent.submission_id, parent)
     trials = trials_of(spec, evs)
     if parts[1] > len(trials):
         return None
@@ -192,7 +192,7 @@ def trial_summaries(svc: Any, cluster: str, info: Any) -> list[Any]:
     if ray_status(info) in TERMINAL_RAY_STATUSES:
         evs = svc.store.events(cluster, info.submission_id, types=("phase", "sweep"))
     else:
-        evs = svc._refresh_events(cluster, info.submission_id, info, types=("phase", "sweep"))
+        evs = svc.refresh_events(cluster, info.submission_id, info, types=("phase", "sweep"))
     out = []
     for trial in trials_of(sweep_spec_of(info) or {}, evs):
         own = trial_events(evs, trial["name"])

@@ -60,6 +60,8 @@ async def test_three_trial_sweep_compares_trials_and_prefills_create_from_best(j
         own = svc.events("local", name)
         assert own[0]["i"] == 1 and {e.get("trial") for e in own} == {name}
         assert name in svc.logs("local", name)["text"]
+    sweep = svc.get("local", job_name)  # the sweep's own detail: its trials' steps and checkpoints are theirs
+    assert sweep.trials == 3 and sweep.checkpoints == [] and svc.metrics("local", job_name)["count"] == 0
     listed = [j.name for j in svc.list("local") if j.name == job_name or j.parent == job_name]
     assert listed == [job_name, *names]
 
