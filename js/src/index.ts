@@ -63,7 +63,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
       onRetryWith: (job, fix) =>
         void commands.execute(CommandIDs.cloneJob, { cluster: job.cluster, name: job.name, spec: fix.spec } as any),
       onExport: job => void commands.execute(CommandIDs.exportJob, { cluster: job.cluster, name: job.name }),
-      onSaveTemplate: job => void commands.execute(CommandIDs.saveTemplate, { cluster: job.cluster, name: job.name })
+      onSaveTemplate: job => void commands.execute(CommandIDs.saveTemplate, { cluster: job.cluster, name: job.name }),
+      onCompareTrials: (cluster, names) => void commands.execute(CommandIDs.compareJobs, { cluster, names }),
+      onCreateFromBest: (cluster, sweep, spec) =>
+        void commands.execute(CommandIDs.cloneJob, { cluster, name: sweep, spec } as any)
     });
     const panel = new TrainingPanel({
       transport,

@@ -18,6 +18,7 @@ import {
   IJobDetail,
   ITransport,
   JobDetailView,
+  SweepView,
   errorMessage,
   h,
   isActive
@@ -51,6 +52,10 @@ export interface IJobTabOptions {
   dataLines?: IDataLineOpener;
   /** "Save as template"; hidden when omitted. */
   onSaveTemplate?: (job: IJobDetail) => void;
+  /** A sweep's "Compare curves": its trials' curves overlaid; hidden when omitted. */
+  onCompareTrials?: (cluster: string, names: string[]) => void;
+  /** A sweep's "Create from best": the create form with this spec; hidden when omitted. */
+  onCreateFromBest?: (cluster: string, sweep: string, spec: Record<string, unknown>) => void;
 }
 
 export class JobTab extends Widget {
@@ -96,7 +101,18 @@ export class JobTab extends Widget {
       onSaveTemplate: options.onSaveTemplate,
       lossCurve: { height: 360 } // the main area's width: a curve one can read
     });
-    this.node.append(this._error, this.detail.node);
+    const bestSpec = this.transport.getBestSpec?.bind(this.transport);
+    const onBest = options.onCreateFromBest;
+    this.sweep = new SweepView({
+      onCompare: options.onCompareTrials,
+      onOpenTrial: options.openJob,
+      onCreateFromBest: bestSpec && onBest
+        ? sweep => void bestSpec(sweep.cluster, sweep.name).then(
+          b => onBest(sweep.cluster, sweep.name, b.spec as Record<string, unknown>),
+          err => this._showError(`Cannot open the best trial's settings: ${errorMessage(err)}`, false))
+        : undefined
+    });
+    this.node.append(this._error, this.sweep.node, this.detail.node);
     const getMetrics = this.transport.getMetrics?.bind(this.transport);
     this._curve = getMetrics
       ? new CurveFollower((maxPoints, afterStep) => getMetrics(this.cluster, this.name, { maxPoints, afterStep }))
@@ -123,6 +139,8 @@ export class JobTab extends Widget {
   readonly name: string;
   readonly transport: ITransport;
   readonly detail: JobDetailView;
+  /** A sweep's trials compared (hidden for a job that is not a sweep). */
+  readonly sweep: SweepView;
 
   /** Cancel the job (after the confirmation), as its Cancel button does. */
   cancel(): Promise<void> {
@@ -174,6 +192,9 @@ export class JobTab extends Widget {
     try {
       const job = await this.transport.getJob(this.cluster, this.name);
       this.detail.setJob(job);
+      if (job.trials && this.transport.getSweep) {
+        this.sweep.set(await this.transport.getSweep(this.cluster, this.name));
+      }
       // the curve: the server's downsampled series and what follows it; else the raw events since the last
       let more: boolean;
       if (this._curve) {

@@ -15,3 +15,6 @@ export * from './schemaForm';
 export * from './createJobForm';
 export * from './trainingConfigForm';
 export * from './curveFollower';
+export * from './sweepView';
+export * from './tryIt';
+export * from './sweepForm';

@@ -51,6 +51,9 @@ export type IJobDetail = Api.JobDetail;
 /** Body of `POST /clusters/{cluster}/jobs` (`JobSpec`, as validated: fields with defaults may be left out). */
 export type IJobSpec = Api.JobSpec;
 
+/** A sweep's trials compared (`GET .../sweep`). */
+export type ISweepDetail = Api.SweepDetail;
+
 /** The `training_config` of a spec (`TrainingConfig`). */
 export type ITrainingConfig = Api.TrainingConfig;
 

@@ -24,6 +24,7 @@ import {
   IResumeOptions,
   ISchemaBundle,
   ISpecExport,
+  ISweepDetail,
   ITemplate,
   ICurves,
   ITensorBoard
@@ -131,6 +132,14 @@ export class RestTransport implements ITransport {
 
   async listNodes(cluster: string): Promise<INodeResources[]> {
     return (await this._request<{ nodes: INodeResources[] }>('GET', ['clusters', cluster, 'nodes'])).nodes ?? [];
+  }
+
+  getSweep(cluster: string, name: string): Promise<ISweepDetail> {
+    return this._request<ISweepDetail>('GET', ['clusters', cluster, 'jobs', name, 'sweep']);
+  }
+
+  getBestSpec(cluster: string, name: string): Promise<ISpecExport> {
+    return this._request<ISpecExport>('GET', ['clusters', cluster, 'jobs', name, 'sweep', 'best']);
   }
 
   getSpec(cluster: string, name: string): Promise<ISpecExport> {

@@ -22,7 +22,8 @@ import {
   ISpecExport,
   ITemplate,
   ICurves,
-  ITensorBoard
+  ITensorBoard,
+  ISweepDetail
 } from './model';
 
 /** Filters of {@link ITransport.listJobs}. */
@@ -78,6 +79,10 @@ export interface ITransport {
     request: IChatRequest,
     onText: (index: number, text: string) => void
   ): Promise<IChatAnswer[]>;
+  /** A sweep's trials compared (`GET .../sweep`); absent where the transport cannot. */
+  getSweep?(cluster: string, name: string): Promise<ISweepDetail>;
+  /** The spec of a sweep's best trial, as a new job's (`GET .../sweep/best`); absent where it cannot. */
+  getBestSpec?(cluster: string, name: string): Promise<ISpecExport>;
   /** Where the specs of jobs `names` differ, key by key (`GET .../compare`); absent where it cannot. */
   compareJobs?(cluster: string, names: readonly string[]): Promise<IComparison>;
   /** The cluster's alive nodes, the head first (`GET /clusters/{cluster}/nodes`); absent where unknown. */
