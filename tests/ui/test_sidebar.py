@@ -115,6 +115,16 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
     advanced.locator(".jp-CleverThis-jsonToggle").uncheck()
     expect(field(advanced, "lora_r").locator("input")).to_have_value("8")
     shots("create-dialog-advanced")
+    # The Sweep section: the parameters the model allows, each as values or a range (nothing is sent until one is
+    # chosen: the jobs below are plain jobs).
+    dialog.locator("summary", has_text="Sweep (Ray Tune)").click()
+    sweep = dialog.locator(".jp-CleverThis-SweepForm")
+    expect(sweep.get_by_label("Sweep parameter 1").locator("option")).to_have_count(8)
+    sweep.get_by_label("mode 1").select_option("range")
+    expect(sweep.get_by_label("min 1")).to_be_visible()
+    expect(sweep.get_by_label("values 1")).to_be_hidden()
+    sweep.get_by_label("mode 1").select_option("values")
+    shots("create-dialog-sweep")
 
     # Invalid values: each error under its own field, and the dialog stays open.
     fill_fields(dialog, {"name": "bad/name", "epochs": 0})
