@@ -31,7 +31,6 @@ from .detail import (
     status_needs_log,
     submitted_detail,
     summary_of,
-    why_queued,
 )
 from .exports import export_checkpoint
 from .helper_jobs import Progress, download_entrypoint, preflight_entrypoint, run_helper_here, run_helper_job
@@ -54,6 +53,7 @@ from .sweeps import (
     best_spec,
     compare,
     is_trial,
+    queued_reason,
     sweep_spec_of,
     trial_events,
     trial_of,
@@ -236,7 +236,7 @@ class JobService:
         ray_job = info.job_id or getattr(info, "parent", None) or name  # a trial's page: its sweep's
         detail = detail_of(cluster, info, own, log_url=_log_url(self.cluster(cluster), ray_job))
         if detail.status == JobStatus.QUEUED:
-            detail.queued_reason = why_queued(detail.spec or {}, cluster_nodes(self.cluster(cluster)), name)
+            detail.queued_reason = queued_reason(info, detail.spec or {}, cluster_nodes(self.cluster(cluster)), name)
         return detail
 
     def compare(self, cluster: str, names: list[str]) -> list[dict[str, Any]]:

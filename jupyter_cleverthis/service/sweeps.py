@@ -167,6 +167,18 @@ def best_spec(detail: SweepDetail, trial_spec: dict[str, Any]) -> dict[str, Any]
     return spec
 
 
+def queued_reason(info: Any, spec: dict[str, Any], nodes: list[dict[str, Any]] | None, name: str) -> Any:
+    """Why a queued job waits (detail.why_queued); a trial Ray Tune has not started yet waits for its turn."""
+    from .detail import why_queued
+
+    reason = why_queued(spec, nodes, name)
+    if is_trial(info) and info.status == "PENDING":
+        n = int(((sweep_spec_of(info.parent_info) or {}).get("sweep") or {}).get("concurrent") or 1)
+        reason.message = (f"Waiting for its turn: sweep {info.parent} runs {n} trial{'s' if n > 1 else ''} at once, "
+                          "and this one starts when one of them ends.")
+    return reason
+
+
 def is_trial(info: Any) -> bool:
     return getattr(info, "parent", None) is not None
 

@@ -35,6 +35,15 @@ async def test_three_trial_sweep_compares_trials_and_prefills_create_from_best(j
     api = ("cleverthis", "api", "clusters", "local", "jobs")
     resp = await jp_fetch(*api, method="POST", body=spec.model_dump_json(exclude_none=True), request_timeout=180)
     assert resp.code == 201 and json.loads(resp.body)["trials"] == 3
+    # two at once: while the first trials train, the third says it waits for its turn
+    for _ in range(600):
+        first = await asyncio.to_thread(svc.get, "local", f"{job_name}-t1")
+        if first.status in (JobStatus.INITIALIZING, JobStatus.RUNNING) or first.status.is_terminal():
+            break
+        await asyncio.sleep(0.5)
+    third = await asyncio.to_thread(svc.get, "local", f"{job_name}-t3")
+    assert third.status == JobStatus.QUEUED and third.parent == job_name
+    assert third.queued_reason.message.startswith(f"Waiting for its turn: sweep {job_name} runs 2 trials at once")
     done = await asyncio.to_thread(svc.wait, "local", job_name, poll=1, timeout=900)
     assert done.status == JobStatus.SUCCEEDED, done.error
     evs = svc.events("local", job_name)
