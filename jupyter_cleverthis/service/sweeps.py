@@ -107,7 +107,7 @@ def trial_record(parent: Any, trial: dict[str, Any], evs: list[dict[str, Any]]) 
     else:
         status = "RUNNING" if evs else "PENDING"
     first_t = evs[0].get("t") if evs else None
-    message = None
+    message = final.get("message") if final else None  # e.g. "stopped early by the ASHA scheduler after ..."
     if status == "FAILED":
         err = next((e for e in reversed(evs) if e["type"] == "error"), None)
         message = (err or {}).get("message") or (None if final else (parent.message or "the sweep failed"))
