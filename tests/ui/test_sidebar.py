@@ -161,9 +161,11 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
     cursor_line = """() => { const w = window.jupyterapp.shell.currentWidget;
         const e = w && w.content && w.content.editor;
         return e ? e.getLine(e.getCursorPosition().line) : null; }"""
-    wait_until(page, f"() => ({cursor_line})() !== null", what="the editor opened on the dataset's file",
-               timeout_s=30, state="() => String(window.jupyterapp.shell.currentWidget?.title.label)")
-    assert page.evaluate(cursor_line) == '{"instruction": "q", "output": 3}'  # the cursor is on the bad line
+    # the cursor on the bad line (the editor opens first, its text arrives after: wait for the line, not the editor)
+    bad_line = '{"instruction": "q", "output": 3}'
+    wait_until(page, f"() => ({cursor_line})() === {json.dumps(bad_line)}",
+               what="the editor opened on the dataset's file, its cursor on the bad line", timeout_s=30,
+               state=f"() => ({{tab: String(window.jupyterapp.shell.currentWidget?.title.label), line: ({cursor_line})()}})")
     shots("data-line-in-editor")
     dialog = open_create_dialog(page, panel)  # the form comes back as it was set aside
     expect(field(dialog, "dataset_path").locator("input")).to_have_value(str(broken))
