@@ -143,12 +143,27 @@ def run_trial(config: dict[str, Any], control: Any = None) -> None:
         loop_config["tune"] = True
         backend_for(spec.framework).fit(spec, name, loop_config, sweep=hooks)
     except Exception as e:
+        hooks.ended()
+        if _ended_by_tune(e):  # Ray Tune stopped the trial (ASHA, or its last result): the driver says how it ended
+            return
         report_failure(e)
         events.emit("phase", phase="failed", reason=type(e).__name__)
-        hooks.ended()
         raise
     events.emit("phase", phase="succeeded")
     hooks.ended()
+
+
+def _ended_by_tune(e: BaseException) -> bool:
+    """Whether the trial's training died because Ray Tune ended the trial: Tune removes the trial's placement group,
+    in which Ray Train's controller runs, and the controller dies with it."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if "placement group was removed" in str(cur):
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 class SweepWatch:
@@ -232,14 +247,17 @@ def _report(grid: Any, trials: list[dict[str, Any]], metric: str) -> None:
         m = result.metrics or {}
         epochs = m.get("training_iteration")
         planned = int(by_name[name]["spec"].get("epochs") or 0)
+        # every trial's last word (a trial that already said it keeps its own: the first final phase counts)
         if result.error is not None:
             status = "failed"
+            events.emit("phase", trial=name, phase="failed", message=str(result.error).splitlines()[0][:300])
         elif epochs is not None and epochs < planned:
             status = "stopped_early"
             events.emit("phase", trial=name, phase="succeeded",
-                        message=f"stopped early by the ASHA scheduler after epoch {epochs} of {planned}")
+                        message=f"stopped early by the ASHA scheduler: it trailed after epoch {epochs} of {planned}")
         else:
             status = "succeeded"
+            events.emit("phase", trial=name, phase="succeeded")
         objective = m.get("objective")
         out.append({"name": name, "values": by_name[name]["values"], "status": status,
                     "objective": objective, "epochs": epochs})

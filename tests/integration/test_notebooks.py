@@ -37,9 +37,10 @@ def test_example_notebook_runs(nb_path, ray_cluster, tiny_model):
     if nb_path.stem == "sweep":
         assert "succeeded 2 trials; best sweep-" in text and "by validation loss" in text
         assert text.count(" succeeded {'learning_rate'") == 2 and "the form opens with learning_rate" in text
-        # ASHA, one trial at a time: the 1e-4 trial trails the first after epoch 1 and is stopped there
-        assert "-t2 succeeded {'learning_rate': 0.0001} epochs 1 val loss" in text
-        assert "stopped early by the ASHA scheduler after epoch 1 of 2" in text
+        # ASHA, one trial at a time: the 1e-4 trial trails the first after epoch 1 and is stopped (Ray Tune's stop
+        # reaches it within seconds: with these 10-second epochs, it may finish the one under way)
+        assert "-t2 succeeded {'learning_rate': 0.0001}" in text
+        assert "stopped early by the ASHA scheduler: it trailed after epoch 1 of 2" in text
         assert "answered from ['epoch-2'] in" in text and " 0 streamed pieces" not in text
         assert len(widgets) >= 2  # the sweep view, the chat
     if nb_path.stem == "datasets":
