@@ -223,25 +223,9 @@ export class RestTransport implements ITransport {
     request: IChatRequest,
     onText: (index: number, text: string) => void
   ): Promise<IChatAnswer[]> {
-    const init: RequestInit = {
-      method: 'POST',
-      body: JSON.stringify(request),
-      headers: { 'Content-Type': 'application/json' }
-    };
-    let response: Response;
-    try {
-      response = await ServerConnection.makeRequest(this.url('clusters', cluster, 'jobs', name, 'chat'), init, this.serverSettings);
-    } catch (err) {
-      throw new TransportError(`Cannot reach the server: ${err instanceof Error ? err.message : String(err)}`, 0, 'network_error');
-    }
+    const response = await this._send('POST', this.url('clusters', cluster, 'jobs', name, 'chat'), request);
     if (!response.ok || !response.body) {
-      const text = await response.text();
-      let data: unknown = undefined;
-      try {
-        data = JSON.parse(text);
-      } catch {
-        data = undefined;
-      }
+      const data = Private.json(await response.text());
       throw TransportError.fromBody(response.status, data, `The chat failed: ${response.statusText || response.status}`);
     }
     let answers: IChatAnswer[] | null = null;
@@ -281,6 +265,24 @@ export class RestTransport implements ITransport {
   private _user: string | null = null;
   private _serverRoot: string | null = null;
 
+  /** Send a request (JSON body when given); a server that cannot be reached is a TransportError. */
+  private async _send(method: string, url: string, body?: unknown): Promise<Response> {
+    const init: RequestInit = { method };
+    if (body !== undefined) {
+      init.body = JSON.stringify(body);
+      init.headers = { 'Content-Type': 'application/json' };
+    }
+    try {
+      return await ServerConnection.makeRequest(url, init, this.serverSettings);
+    } catch (err) {
+      throw new TransportError(
+        `Cannot reach the server: ${err instanceof Error ? err.message : String(err)}`,
+        0,
+        'network_error'
+      );
+    }
+  }
+
   private async _request<T>(
     method: string,
     segments: string[],
@@ -291,30 +293,8 @@ export class RestTransport implements ITransport {
     if (query) {
       url += URLExt.objectToQueryString(query);
     }
-    const init: RequestInit = { method };
-    if (body !== undefined) {
-      init.body = JSON.stringify(body);
-      init.headers = { 'Content-Type': 'application/json' };
-    }
-    let response: Response;
-    try {
-      response = await ServerConnection.makeRequest(url, init, this.serverSettings);
-    } catch (err) {
-      throw new TransportError(
-        `Cannot reach the server: ${err instanceof Error ? err.message : String(err)}`,
-        0,
-        'network_error'
-      );
-    }
-    const text = await response.text();
-    let data: unknown = undefined;
-    if (text) {
-      try {
-        data = JSON.parse(text);
-      } catch {
-        data = undefined;
-      }
-    }
+    const response = await this._send(method, url, body);
+    const data = Private.json(await response.text());
     if (!response.ok) {
       throw TransportError.fromBody(
         response.status,
@@ -330,5 +310,19 @@ export class RestTransport implements ITransport {
       );
     }
     return data as T;
+  }
+}
+
+namespace Private {
+  /** The JSON of a response's text; undefined when it is empty or not JSON. */
+  export function json(text: string): unknown {
+    if (!text) {
+      return undefined;
+    }
+    try {
+      return JSON.parse(text);
+    } catch {
+      return undefined;
+    }
   }
 }
