@@ -22,7 +22,8 @@ OUT = ROOT / "bench" / "results"
 
 GOALS = {
     "P1": ("runtime steady-state tokens/s vs plain Trainer (1 worker, 2 CPUs)", ">= 0.93", lambda r: r >= 0.93),
-    "P2": ("packed real tokens/s vs default padding", ">= 1.5", lambda r: r >= 1.5),
+    "P2": ("real tokens/s of the default batching (the plan's pick) vs padding (vs length-grouped)",
+           ">= 1.5 (>= 1.0)", lambda r: r >= 1.5),
     "P3": ("submit -> first step vs minimal TorchTrainer job (time ratio)", "<= 1.3", lambda r: r <= 1.3),
     "P4": ("tokenize (+pack) throughput vs one batched tokenizer call", ">= 0.8", lambda r: r >= 0.8),
     "P5": ("log line -> websocket client p95 vs Ray's own tail", "<= 1.2 s and <= Ray's", None),

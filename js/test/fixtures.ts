@@ -155,6 +155,7 @@ export function makePlan(overrides: Partial<IPlan> = {}): IPlan {
     precision: null,
     strategy: null,
     gradient_checkpointing: null,
+    batching: null,
     memory_estimate_gb: {},
     reasons: {},
     parameters: null,

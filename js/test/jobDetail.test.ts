@@ -248,9 +248,18 @@ describe('JobDetailView', () => {
           mlflow: { run_id: 'abc', url: 'http://127.0.0.1:5000/#/experiments/1/runs/abc' },
           wandb: { run_id: 'w1', dir: '/w/offline-run/files', url: null, mode: 'offline' }
         }),
-        plan: makePlan({ method: 'lora', reasons: { method: 'lora: asked', lora_target_modules: "c_attn: peft's default for gpt2" } })
+        plan: makePlan({
+          method: 'lora',
+          batching: 'grouped',
+          reasons: {
+            method: 'lora: asked',
+            lora_target_modules: "c_attn: peft's default for gpt2",
+            batching: 'grouped (automatic): batches of examples of similar length'
+          }
+        })
       })
     );
+    expect(cell(view, 'batching')).toBe('grouped (automatic): batches of examples of similar length');
     expect(cell(view, 'TensorBoard')).toBe('/d/checkpoints/runs/tiny-ft');
     expect(cell(view, 'MLflow')).toBe('http://127.0.0.1:5000/#/experiments/1/runs/abc');
     expect(cell(view, 'W&B')).toBe('offline run in /w/offline-run/files');

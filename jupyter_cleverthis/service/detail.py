@@ -54,7 +54,7 @@ RAY_TO_STATUS = {
 # running.  FINAL_PHASES are the driver's last word: workers' log lines reach the driver's log later than its own,
 # so a worker phase (cancel_checkpoint_written) can follow "cancelled" in the log; a final phase is never replaced.
 PLAN_KEYS = ("method", "precision", "strategy", "gradient_checkpointing", "memory_estimate_gb", "reasons",
-             "parameters", "chat_template", "lora_target_modules")
+             "parameters", "chat_template", "lora_target_modules", "batching")
 TRACKERS = ("tensorboard", "mlflow", "wandb")
 LATEST_KEYS = ("step", "total_steps", "epoch", "loss", "learning_rate", "tokens_per_s", "eta_s")
 

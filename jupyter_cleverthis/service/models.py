@@ -192,6 +192,7 @@ class Plan(Record):
     parameters: float | None = None
     chat_template: str | None = None
     lora_target_modules: str | list[str] | None = None
+    batching: str | None = None  # packed, grouped (similar lengths, padded) or padded
 
 
 class Serving(Record):

@@ -77,8 +77,8 @@ def _below_plan(d: JobDetail, evs: list[dict[str, Any]], recent: list[dict[str, 
     return Hint(kind="below_plan", message=(
         f"Training runs at {got:,.0f} tokens/s, under a quarter of the {want:,.0f} tokens/s the plan expects "
         f"from these workers ({float(plan['device_flops']) / 1e9:,.0f} GFLOP/s each, measured at start). "
-        "Common causes: a batch too small to keep the devices busy (increase batch_size), padding (set packing "
-        "in training_config), data loading (see above), or another process sharing the nodes."))
+        "Common causes: a batch too small to keep the devices busy (increase batch_size), padding (packing, or "
+        "group_by_length when it is off, in training_config), data loading (see above), or another process sharing the nodes."))
 
 
 def stuck_hint(d: JobDetail, evs: list[dict[str, Any]], now: float | None = None) -> Hint | None:

@@ -12,6 +12,11 @@ it was read in, and tests/unit/test_compat.py fails loudly when a patched name c
   `Trainer.train(resume_from_checkpoint=...)` for the optimizer, scheduler, RNG, step and data position: the
   Trainer's `_load_from_checkpoint` would load weights from that folder, so it is a no-op. Read in
   transformers 5.24 (`Trainer._load_from_checkpoint(self, resume_from_checkpoint, model=None)`).
+- **Length-grouped batches seeded per epoch** (`trainer_class(sampler=...)`). The Trainer's own
+  `train_sampling_strategy="group_by_length"` draws its order from the global RNG when an epoch starts, so a
+  resume in the middle of an epoch (RNG restored to the checkpoint's moment) would see another order. The
+  Trainer's `_get_train_sampler` returns `methods.grouped_sampler` instead, whose order depends on (seed, epoch)
+  alone; the Trainer calls its `set_epoch` through accelerate's wrappers. Read in transformers 5.25.
 - **The Trainer's RNG file** (`rng_state`, `set_rng_state`). A checkpoint written between Trainer saves holds
   `rng_state.pth` (`rng_state_{rank}.pth` with several workers) in the layout `Trainer._load_rng_state` reads:
   keys python, numpy, cpu and cuda. Read in transformers 5.24.
@@ -49,6 +54,7 @@ PATCHED = (
     ("ray.train.torch.config", "_TorchBackend"),
     ("transformers.trainer", "Trainer._load_from_checkpoint"),
     ("transformers.trainer", "Trainer._load_rng_state"),
+    ("transformers.trainer", "Trainer._get_train_sampler"),
     ("transformers.trainer", "Trainer._clip_grad_norm"),
     ("transformers.trainer", "Trainer._get_grad_norm"),
     ("accelerate.data_loader", "BatchSamplerShard"),
@@ -103,9 +109,10 @@ def torch_config(**kwargs: Any) -> Any:
     return Config(**kwargs)
 
 
-def trainer_class(pipeline: Any = None) -> Any:
+def trainer_class(pipeline: Any = None, sampler: Any = None) -> Any:
     """The transformers Trainer whose resume restores the training state and leaves the weights loaded; with a
-    `pipeline.Pipeline`, the Trainer that trains one pipeline stage (see the module's notes)."""
+    `pipeline.Pipeline`, the Trainer that trains one pipeline stage; with a `sampler`, the training order is the
+    sampler's (see the module's notes)."""
     from transformers import Trainer
 
     class _Trainer(Trainer):
@@ -114,6 +121,9 @@ def trainer_class(pipeline: Any = None) -> Any:
 
         def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
             return None
+
+        def _get_train_sampler(self, train_dataset: Any = None) -> Any:
+            return sampler if sampler is not None else super()._get_train_sampler(train_dataset)
 
     if pipeline is None:
         return _Trainer

@@ -154,6 +154,7 @@ class PlanEvent(Event):
     chat_template: str | None = None
     lora_target_modules: str | list[str] | None = None
     parallelism: dict[str, Any] | None = None  # tensor parallelism: mesh, groups, split modules (parallel.layout)
+    batching: str | None = None  # packed, grouped or padded (plan.Plan.batching)
 
 
 class WarningEvent(Event):

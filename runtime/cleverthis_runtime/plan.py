@@ -15,6 +15,8 @@ from . import parallel
 from .spec import TrainingConfig, parallelism_error
 
 GB = 1e9
+#: attention implementations that run packed rows as variable-length sequences: no padding, no mask
+VARLEN_ATTENTION = ("flash_attention_2", "flash_attention_3")
 BYTES_PER_PARAM = {"full": 8.5, "lora": 2.55, "qlora": 1.1}
 
 
@@ -39,6 +41,8 @@ class Plan:
     reasons: dict[str, str] = field(default_factory=dict)
     #: tensor or pipeline parallelism's mesh, groups or stages (parallel.layout), None without them
     parallelism: dict[str, Any] | None = None
+    #: how examples form batches: "packed" (several per row), "grouped" (similar lengths, padded) or "padded"
+    batching: str = "padded"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -49,7 +53,10 @@ def estimate(params: float, method: str, precision: str = "bf16") -> float:
     return params * BYTES_PER_PARAM[method] * scale / GB
 
 
-def make_plan(*, params: float, devices: list[Device], workers: int, config: TrainingConfig) -> Plan:
+def make_plan(*, params: float, devices: list[Device], workers: int, config: TrainingConfig,
+              attention: str | None = None, packing_refusal: str | None = None) -> Plan:
+    """`attention`: the attention implementation the model would run packed rows with; `packing_refusal`: why this
+    model cannot keep packed examples apart (methods.packing_refusal), None when it can."""
     dev = min(devices, key=lambda d: d.memory_bytes) if devices else Device("cpu", 16 * GB)
     reasons: dict[str, str] = {}
     on_gpu = dev.kind == "cuda"
@@ -92,8 +99,7 @@ def make_plan(*, params: float, devices: list[Device], workers: int, config: Tra
     if method == "qlora" and config.quantization:
         reasons["method"] += (f"; the frozen base is quantized to {config.quantization}"
                               f"{' (nf4)' if config.quantization == '4bit' else ''} through bitsandbytes")
-    reasons["packing"] = ("on: several examples per row, isolated by position_ids" if config.packing
-                          else "off: one example per row, padded")
+    batching = _batching(config, attention, packing_refusal, reasons)
 
     weights_gb = params * (2.0 if precision in ("bf16", "fp16") else 4.0) / GB
     if method == "qlora":
@@ -112,7 +118,38 @@ def make_plan(*, params: float, devices: list[Device], workers: int, config: Tra
 
     strategy = _strategy(config, workers, est[method], mem_gb, reasons)
     layout = parallel.layout(config, workers, None) if config.model_parallel_size > 1 else None
-    return Plan(method, precision, strategy, gc, est, reasons, layout)
+    return Plan(method, precision, strategy, gc, est, reasons, layout, batching)
+
+
+def _batching(config: TrainingConfig, attention: str | None, refusal: str | None, reasons: dict[str, str]) -> str:
+    """Packed rows where the attention takes them as variable-length sequences, else length-grouped batches.
+
+    Without varlen attention a packed row needs a block-diagonal mask, and on CPU that costs more than the
+    padding that length grouping leaves (README, P2)."""
+    if config.packing:  # a model that cannot pack is refused by the pre-flight and the workers, naming the field
+        reasons["batching"] = "packed: set in training_config.json; several examples per row, kept apart by position_ids"
+        return "packed"
+    if config.packing is None:
+        if config.pipeline_parallel_size > 1:
+            why = "the pipeline's stages pass no example boundaries"
+        elif refusal:
+            why = refusal.split(":")[0]
+        elif attention in VARLEN_ATTENTION:
+            reasons["batching"] = (f"packed: {attention} runs packed rows as variable-length sequences, so packing "
+                                   "removes the padding at no cost")
+            return "packed"
+        else:
+            why = (f"{attention or 'this'} attention needs a block-diagonal mask for packed rows, which costs more "
+                   "than the padding grouped batches leave (flash-attention on a GPU packs)")
+    else:
+        why = "packing set to false in training_config.json"
+    if config.group_by_length is False:
+        reasons["batching"] = f"padded: one example per row in a random order (group_by_length false); {why}"
+        return "padded"
+    how = "set in training_config.json" if config.group_by_length else "automatic"
+    reasons["batching"] = (f"grouped ({how}): batches of examples of similar length, less padding, in an order "
+                           f"seeded per epoch; not packed: {why}")
+    return "grouped"
 
 
 def _strategy(config: TrainingConfig, workers: int, need_gb: float, mem_gb: float, reasons: dict[str, str]) -> str:

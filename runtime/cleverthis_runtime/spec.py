@@ -91,7 +91,17 @@ class TrainingConfig(StrictModel):
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
     max_grad_norm: float = Field(1.0, ge=0, description="Gradient clipping norm (0 disables)")
     max_seq_length: int = Field(512, ge=8, le=131072, description="Longer examples are truncated")
-    packing: bool = Field(False, description="Pack several examples into one row")
+    packing: bool | None = Field(
+        None,
+        description="Pack several examples into one row, kept apart by position_ids; unset = automatic: packed "
+                    "where the attention runs packed rows as variable-length sequences (flash-attention on a GPU), "
+                    "else length-grouped batches",
+    )
+    group_by_length: bool | None = Field(
+        None,
+        description="Batch examples of similar length together (less padding) in an order seeded per epoch; "
+                    "unset = automatic: on whenever rows are not packed",
+    )
     validation_split: float = Field(0.0, ge=0, lt=1, description="Fraction of examples held out for validation")
     eval_steps: int | None = Field(
         None, ge=1,
@@ -183,6 +193,9 @@ class TrainingConfig(StrictModel):
             raise ValueError(f"quantization is for method 'qlora' only, not '{self.method}'")
         if self.model_parallel_size > 1 and self.deepspeed is not None:
             raise ValueError("tensor/pipeline parallelism and deepspeed exclude each other (remove one)")
+        if self.packing and self.group_by_length:
+            raise ValueError("packing and group_by_length exclude each other: packed rows are already full, there is "
+                             "no padding to group away (set one of them to false)")
         return self
 
     @property

@@ -151,7 +151,10 @@ def _model_facts(spec: JobSpec, tc: TrainingConfig, ds: Any, out: dict[str, Any]
         import psutil
 
         devices = [Device("cpu", float(psutil.virtual_memory().available))]
-    plan = make_plan(params=params, devices=devices, workers=spec.workers, config=tc)
+    from .methods import attention, packing_refusal
+
+    plan = make_plan(params=params, devices=devices, workers=spec.workers, config=tc,
+                     attention=attention(model, devices), packing_refusal=packing_refusal(model))
     out["plan"] = plan.as_dict()
     if plan.parallelism is not None:
         from .parallel import layout

@@ -75,20 +75,20 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
     inp.load_dataset()
     base_path, tokenizer, template = _load_tokenizer(inp)
     inp.make_rows(lambda ds: tokenized(tokenizer, ds, inp.tc.max_seq_length, rank=rank))
-    if tc.packing:  # several examples per row; position_ids keep them apart (methods.py)
-        inp.train_rows, inp.val_rows = methods.pack(inp.train_rows, inp.val_rows, tc.max_seq_length)
-        inp.emit("packing", rows=len(inp.train_rows), validation_rows=len(inp.val_rows),
-                 max_seq_length=tc.max_seq_length)
     # batch_size is per data-parallel replica: with tensor parallelism a group of workers holds one replica
     total_batch = spec.batch_size * parallel.sizes(tc, world)[1] * tc.gradient_accumulation_steps
-    resume = _resume_mode(inp, total_batch)
     meta = inp.meta
     if meta and meta.get("method"):  # the checkpoint decides the method (an adapter stays an adapter)
         method = meta["method"] if meta["method"] in ("lora", "qlora") and meta.get("adapter") \
             else ("lora" if meta.get("adapter") else "full")
         inp.tc = tc = tc.model_copy(update={"method": method})
     model, base_how = _load_model(spec, tc, inp.source, meta, inp.original_base, base_path, torch, world)
-    model, plan, resume = _planned_model(inp, model, template, resume, torch)
+    model, plan = _planned_model(inp, model, template, torch)
+    if plan.batching == "packed":  # several examples per row; position_ids keep them apart (methods.py)
+        inp.train_rows, inp.val_rows = methods.pack(inp.train_rows, inp.val_rows, tc.max_seq_length)
+        inp.emit("packing", rows=len(inp.train_rows), validation_rows=len(inp.val_rows),
+                 max_seq_length=tc.max_seq_length)
+    resume = _resume_mode(inp, total_batch, plan)
     if inp.source:
         inp.emit("resume", checkpoint=inp.source, exact=resume == "exact", completed_epochs=inp.completed,
                  global_step=(meta or {}).get("global_step"), partial=bool((meta or {}).get("partial")),
@@ -160,27 +160,43 @@ def _load_tokenizer(inp: WorkerInputs) -> tuple[str | None, Any, tuple[str, str]
     return base_path, tokenizer, template
 
 
-def _resume_mode(inp: WorkerInputs, total_batch: int) -> str | None:
+def _resume_mode(inp: WorkerInputs, total_batch: int, plan: Any) -> str | None:
+    """"exact", "weights" or None (a new job), with a `warning` event when a checkpoint's position is not kept."""
     state = os.path.join(inp.source or "", checkpoints.STATE_DIR, "trainer_state.json")
     missing = []
     if inp.source and not os.path.exists(state):
         missing.append("the checkpoint has no training state (written by an older runtime)")
     elif inp.meta is not None and inp.meta.get("total_batch") is None:
         missing.append("the checkpoint does not record its effective batch")
-    return inp.resume_mode(total_batch, batch_terms="batch size x workers x gradient accumulation", missing=missing)
+    elif inp.meta is not None and inp.meta.get("batching", "padded") != plan.batching:
+        missing.append(f"the checkpoint's batches were {inp.meta.get('batching', 'padded')}, this run's are "
+                       f"{plan.batching} (training_config packing, group_by_length)")
+    resume = inp.resume_mode(total_batch, batch_terms="batch size x workers x gradient accumulation",
+                             missing=missing)
+    sharded_optimizer = plan.strategy.startswith("deepspeed") or plan.strategy.endswith("-parallel") \
+        or (plan.strategy == "fsdp" and inp.world > 1)
+    if resume == "exact" and sharded_optimizer:
+        # The resume state holds rank 0's optimizer as DDP has it; sharded optimizers are not restored yet.
+        resume = "weights"
+        inp.emit("warning", checkpoint=inp.source, message=f"resuming from the weights only: the {plan.strategy} "
+                 "strategy shards the optimizer state, which the checkpoint does not restore (exact resume: ddp)")
+    return resume
 
 
-def _planned_model(inp: WorkerInputs, model: Any, template: tuple[str, str], resume: str | None,
-                   torch: Any) -> tuple[Any, Any, str | None]:
+def _planned_model(inp: WorkerInputs, model: Any, template: tuple[str, str], torch: Any) -> tuple[Any, Any]:
     """The automatic plan (its `plan` event), and the model as it trains: with LoRA added for a new LoRA job."""
     tc = inp.tc
-    if tc.packing:  # the block-diagonal mask from position_ids needs no cache
-        refusal = methods.packing_refusal(model)
-        if refusal:
-            raise PlanError(f"training_config: {refusal}")
+    refusal = methods.packing_refusal(model)
+    if tc.packing and refusal:
+        raise PlanError(f"training_config: {refusal}")
+    params, devices = float(_parameters(model)), _devices(torch)
+    attention = methods.attention(model, devices)
+    plan = make_plan(params=params, devices=devices, workers=inp.world, config=tc, attention=attention,
+                     packing_refusal=refusal)
+    if plan.batching == "packed":  # the block-diagonal mask (or varlen attention) from position_ids needs no cache
         model.config.use_cache = False
-    params = float(_parameters(model))
-    plan = make_plan(params=params, devices=_devices(torch), workers=inp.world, config=tc)
+        if attention != getattr(model.config, "_attn_implementation", None):
+            model.set_attn_implementation(attention)
     plan_event = plan.as_dict()
     if plan.parallelism is not None:
         plan_event["parallelism"] = parallel.layout(tc, inp.world, model.config)
@@ -193,13 +209,6 @@ def _planned_model(inp: WorkerInputs, model: Any, template: tuple[str, str], res
         plan_event["lora_target_modules"] = targets
         plan_event["reasons"] = {**plan_event["reasons"], "lora_target_modules": f"{shown}: {why}"}
     inp.emit("plan", **plan_event, parameters=params)
-    sharded_optimizer = plan.strategy.startswith("deepspeed") or plan.strategy.endswith("-parallel") \
-        or (plan.strategy == "fsdp" and inp.world > 1)
-    if resume == "exact" and sharded_optimizer:
-        # The resume state holds rank 0's optimizer as DDP has it; sharded optimizers are not restored yet.
-        resume = "weights"
-        inp.emit("warning", checkpoint=inp.source, message=f"resuming from the weights only: the {plan.strategy} "
-                 "strategy shards the optimizer state, which the checkpoint does not restore (exact resume: ddp)")
     if new_lora:
         from peft import LoraConfig, get_peft_model
 
@@ -207,7 +216,7 @@ def _planned_model(inp: WorkerInputs, model: Any, template: tuple[str, str], res
             r=tc.lora_r, lora_alpha=tc.effective_lora_alpha, lora_dropout=tc.lora_dropout,
             target_modules=plan_event["lora_target_modules"], task_type="CAUSAL_LM",
         ))
-    return model, plan, resume
+    return model, plan
 
 
 def _parameters(model: Any) -> int:
@@ -281,18 +290,23 @@ def _trainer(inp: WorkerInputs, model: Any, tokenizer: Any, plan: Any, resume: s
         step_offset=0 if exact or not meta else int(meta.get("global_step", 0)),
         meta={"job": inp.job, "method": plan.method, "base_model": inp.original_base, "resumed_from": inp.source,
               "total_batch": total_batch, "world_size": world, "examples": len(inp.train_rows), "seed": tc.seed,
-              "planned_epochs": inp.planned_epochs},
+              "planned_epochs": inp.planned_epochs, "batching": plan.batching},
         control=control, torch=torch,
         eval_steps=tc.eval_steps if val_rows else None,
         patience=Patience(tc.early_stopping_patience if val_rows else None, tc.early_stopping_threshold),
     )
     callback.token_copies = tc.model_parallel_size
-    trainer = compat.trainer_class(pipe)(
+    sampler = None
+    if plan.batching == "grouped":  # the lengths of this rank's view of the rows; every rank orders them alike
+        sampler = methods.grouped_sampler([len(r["input_ids"]) for r in inp.train_rows],
+                                          inp.spec.batch_size * tc.gradient_accumulation_steps, tc.seed,
+                                          parallel.sizes(tc, world)[1])
+    trainer = compat.trainer_class(pipe, sampler)(
         model=model,
         args=args,
         train_dataset=HFDataset.from_list(inp.train_rows),
         eval_dataset=HFDataset.from_list(val_rows) if val_rows else None,
-        data_collator=methods.packed_collator(tokenizer) if tc.packing
+        data_collator=methods.packed_collator(tokenizer) if plan.batching == "packed"
         else DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=-100),
         callbacks=[callback],
     )

@@ -33,7 +33,7 @@ def test_packed_job_trains(ray_cluster, tiny_model, dataset, job_name):
     dataset_ev = [e for e in evs if e["type"] == "dataset"][0]
     assert packing and packing[0]["rows"] < dataset_ev["examples"]  # fewer, fuller rows
     plan = [e for e in evs if e["type"] == "plan"][0]
-    assert "packing" in plan["reasons"]
+    assert plan["batching"] == "packed" and plan["reasons"]["batching"].startswith("packed: set in training_config")
     steps = [e["loss"] for e in evs if e["type"] == "step"]
     assert len(steps) >= 5
     assert sum(steps[-2:]) / 2 < sum(steps[:2]) / 2, steps

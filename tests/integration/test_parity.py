@@ -1,7 +1,8 @@
 """Loss parity: one Ray worker of our runtime against a plain transformers Trainer in this process.
 
 Same base model, same tokenized data, same seed, same hyper-parameters (the sample data's
-training_config.json: LoRA, lr 0.01, linear schedule, no warmup, clipping 1.0), packing off. The batch order
+training_config.json: LoRA, lr 0.01, linear schedule, no warmup, clipping 1.0), packing and length grouping off
+(padded batches, the plain Trainer's default; tests/unit/test_batching.py covers the grouped order). The batch order
 is the Trainer's own (its seeded random sampler, identical on both sides since both are the HF Trainer with
 `seed` and `dataloader_num_workers=0`), and the RNG sequence before training is the same: `set_seed`, then
 the fp32 base, then LoRA's initialisation. Per-step losses from the job's `step` events must equal the
@@ -66,7 +67,7 @@ def plain_trainer_losses(tiny_model: str, dataset, out_dir) -> list[float]:
 
 
 def test_one_worker_losses_equal_a_plain_trainer(ray_cluster, tiny_model, dataset, job_name, tmp_path):
-    _, evs = run_job(tiny_model, dataset, job_name, {"seed": SEED, "packing": False}, workers=1, batch_size=BATCH)
+    _, evs = run_job(tiny_model, dataset, job_name, {"seed": SEED, "packing": False, "group_by_length": False}, workers=1, batch_size=BATCH)
     ours = [e["loss"] for e in sorted((e for e in evs if e["type"] == "step"), key=lambda e: e["step"])]
     plain = plain_trainer_losses(tiny_model, dataset, tmp_path / "plain")
     assert len(ours) == len(plain) >= 10, (len(ours), len(plain))

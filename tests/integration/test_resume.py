@@ -61,6 +61,10 @@ def test_cancel_mid_epoch_then_resume_equals_straight_run(ray_cluster, tiny_mode
     assert [c.name for c in r.checkpoints] == ["epoch-2"]
     ev = [e for e in svc.events("local", resumed.name) if e["type"] == "resume"][0]
     assert ev["exact"] and ev["global_step"] == step and ev["base_loaded"] == "original"
+    # the default on CPU: length-grouped batches, in an order seeded per epoch, so the resume continues it exactly
+    plans = [e for n in (job_name, resumed.name) for e in svc.events("local", n) if e["type"] == "plan"]
+    assert [p["batching"] for p in plans] == ["grouped", "grouped"], plans
+    assert "attention needs a block-diagonal mask" in plans[0]["reasons"]["batching"]
     first = [e for e in svc.events("local", resumed.name) if e["type"] == "step"][0]
     assert first["step"] == step + 1  # continues at the next step, not from the epoch start
     assert r.serving.base_model == tiny_model  # the adapter applies to the original base

@@ -38,7 +38,7 @@ def test_strategy_and_deepspeed_exclude_each_other():
 def test_qlora_and_packing_reasons(bits, word):
     p = plan(method="qlora", quantization=bits, packing=True)
     assert p.method == "qlora" and word in p.reasons["method"] and "bitsandbytes" in p.reasons["method"]
-    assert p.reasons["packing"].startswith("on")
+    assert p.batching == "packed" and p.reasons["batching"].startswith("packed: set in training_config")
 
 
 def test_deepspeed_dict():

@@ -185,7 +185,7 @@ export function trackingRows(job: IJobDetail): KeyValueRow[] {
 export function planRows(job: IJobDetail): KeyValueRow[] {
   const plan: Partial<IPlan> = job.plan ?? {};
   const reasons = plan.reasons ?? {};
-  return ['method', 'precision', 'strategy', 'gradient_checkpointing', 'lora_target_modules']
+  return ['method', 'precision', 'strategy', 'gradient_checkpointing', 'batching', 'lora_target_modules']
     .filter(key => key !== 'lora_target_modules' || reasons[key] !== undefined)
     .map(key => [key, reasons[key] ?? (plan[key] === undefined || plan[key] === null ? null : String(plan[key]))] as KeyValueRow);
 }

@@ -55,6 +55,7 @@ export const CONFIG_GROUPS: readonly IConfigGroup[] = [
     fields: [
       'max_seq_length',
       'packing',
+      'group_by_length',
       'validation_split',
       'eval_steps',
       'early_stopping_patience',

@@ -473,9 +473,13 @@ export interface TrainingConfig {
    */
   max_seq_length?: number;
   /**
-   * Pack several examples into one row
+   * Pack several examples into one row, kept apart by position_ids; unset = automatic: packed where the attention runs packed rows as variable-length sequences (flash-attention on a GPU), else length-grouped batches
    */
-  packing?: boolean;
+  packing?: boolean | null;
+  /**
+   * Batch examples of similar length together (less padding) in an order seeded per epoch; unset = automatic: on whenever rows are not packed
+   */
+  group_by_length?: boolean | null;
   /**
    * Fraction of examples held out for validation
    */
@@ -724,6 +728,7 @@ export interface Plan {
   parameters: number | null;
   chat_template: string | null;
   lora_target_modules: string | string[] | null;
+  batching: string | null;
   [k: string]: unknown;
 }
 /**

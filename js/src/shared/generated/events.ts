@@ -197,6 +197,7 @@ export interface PlanEvent {
   parallelism?: {
     [k: string]: unknown;
   } | null;
+  batching?: string | null;
   [k: string]: unknown;
 }
 export interface WarningEvent {
