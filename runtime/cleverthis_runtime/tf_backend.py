@@ -105,8 +105,10 @@ EXPOSED = ("TensorFlow's workers listen for each other on every network interfac
 
 def plan(params: float | None) -> dict[str, Any]:
     return {"method": "full", "precision": "fp32", "strategy": STRATEGY, "gradient_checkpointing": False,
-            "memory_estimate_gb": {"full": round(params * 16 / 1e9, 3)} if params else {},
-            "reasons": {"method": "framework tensorflow trains all weights (no LoRA)",
+            "memory_estimate_gb": {"full": round(params * 16 / 1e9, 3)} if params else {}, "batching": "padded",
+            "reasons": {"batching": ("padded: framework tensorflow pads every row to the data's longest example "
+                                     "(one compiled step shape), in an order seeded per epoch"),
+                        "method": "framework tensorflow trains all weights (no LoRA)",
                         "strategy": "MultiWorkerMirroredStrategy: a full replica per worker, gradients all-reduced",
                         "precision": "fp32 (weights, gradients and two Adam moments: 16 bytes per parameter)"}}
 
@@ -116,6 +118,9 @@ def warnings(tc: TrainingConfig) -> list[str]:
     out = []
     if tc.packing:
         out.append("packing is not implemented for framework tensorflow: examples are padded, one per row")
+    if tc.group_by_length:
+        out.append("group_by_length is not implemented for framework tensorflow: every row is padded to the data's "
+                   "longest example")
     if tc.gradient_accumulation_steps > 1:
         out.append("gradient_accumulation_steps is not implemented for framework tensorflow: one micro-batch "
                    "per optimizer step")

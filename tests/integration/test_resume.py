@@ -15,19 +15,27 @@ import pytest
 from jupyter_cleverthis.service.jobs import JobService
 from jupyter_cleverthis.spec import JobSpec, JobStatus
 
-from .training_helpers import ADAPTER, max_diff, slow_steps, straight_reference, wait_for_step  # noqa: F401
+from .training_helpers import (  # noqa: F401
+    ADAPTER,
+    delay_steps,
+    max_diff,
+    slow_steps,
+    straight_reference,
+    wait_for_step,
+)
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.mark.usefixtures("slow_steps")
-def test_cancel_mid_epoch_then_resume_equals_straight_run(ray_cluster, tiny_model, dataset, tmp_path, job_name):
+def test_cancel_mid_epoch_then_resume_equals_straight_run(ray_cluster, tiny_model, dataset, tmp_path, job_name,
+                                                          monkeypatch):
+    delay_steps(monkeypatch, 0.2)  # numerics unchanged; the cancel lands in epoch 2 however fast the steps are
     svc = JobService()
     cut = tmp_path / "cut"
     t0 = time.time()
     svc.create(JobSpec(name=job_name, base_model=tiny_model, dataset_path=str(dataset), epochs=2, batch_size=8,
                        workers=1, output_dir=str(cut)), check=False)
-    straight = straight_reference(tiny_model, dataset, tmp_path / "straight")
 
     # 20 steps per epoch: cancel in the middle of epoch 2.
     seen = wait_for_step(svc, job_name, 23)
@@ -55,6 +63,7 @@ def test_cancel_mid_epoch_then_resume_equals_straight_run(ray_cluster, tiny_mode
 
     # `%train resume NAME`: the remaining epoch, from the exact position.
     resumed = svc.resume("local", job_name)
+    straight = straight_reference(tiny_model, dataset, tmp_path / "straight")  # while the resumed job runs
     assert resumed.name.endswith("-resume-1") and resumed.epochs == 1
     r = svc.wait("local", resumed.name, poll=0.5, timeout=300)
     assert r.status == JobStatus.SUCCEEDED, r.error

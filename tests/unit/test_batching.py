@@ -123,3 +123,13 @@ def test_a_resume_mid_epoch_sees_the_batches_the_straight_run_saw(tmp_path):
     seen[:] = []
     train(tmp_path / "resumed", resume=str(tmp_path / "cut" / "checkpoint-5"))
     assert seen == straight[5:]
+
+
+def test_tensorflow_pads_and_says_so():
+    from cleverthis_runtime import tf_backend
+
+    assert tf_backend.plan(1e6)["batching"] == "padded"
+    assert "longest example" in tf_backend.plan(1e6)["reasons"]["batching"]
+    said = tf_backend.warnings(TrainingConfig(group_by_length=True))
+    assert any(w.startswith("group_by_length is not implemented for framework tensorflow") for w in said)
+    assert not any("group_by_length" in w for w in tf_backend.warnings(TrainingConfig()))
