@@ -241,6 +241,41 @@ HOLDER_JOB = textwrap.dedent("""
 """)
 
 
+# The plain Trainer inside a Ray worker process: a task holding 2 CPUs, no Ray Train, none of our code. What it loses
+# against the plain Trainer beside Ray is the price of Ray's own threads in the process that trains.
+HOSTED_JOB = textwrap.dedent("""
+    import json, sys
+    import ray
+
+    @ray.remote(num_cpus=2)
+    def plain(root, model, data):
+        sys.path[:0] = [root, root + "/runtime"]
+        from pathlib import Path
+        from bench.cases import _plain_trainer_tokens_per_s
+        return _plain_trainer_tokens_per_s(model, Path(data), 2, 8)
+
+    ray.init()
+    print("RATES", json.dumps(ray.get(plain.remote(*sys.argv[1:4]))), flush=True)
+""")
+
+
+def _plain_in_ray_worker(ctx: Context, model: str, data: Path) -> list[float]:
+    """The plain Trainer run by a Ray task (HOSTED_JOB): its per-step tokens/s."""
+    client = ctx.service().client("local")
+    script = ctx.tmp / "hosted_job.py"
+    script.write_text(HOSTED_JOB)
+    sid = client.submit_job(entrypoint=f"python {script} {Path(__file__).parents[1]} {model} {data}")
+    end = time.time() + 600
+    while not str(client.get_job_status(sid)).endswith(("SUCCEEDED", "FAILED", "STOPPED")):
+        if time.time() > end:
+            raise NotMeasured("the hosted plain Trainer did not finish in 10 minutes")
+        time.sleep(0.5)
+    lines = [ln for ln in client.get_job_logs(sid).splitlines() if ln.startswith("RATES")]
+    if not lines:
+        raise NotMeasured(f"the hosted plain Trainer failed: {client.get_job_logs(sid)[-500:]}")
+    return list(json.loads(lines[-1][6:]))
+
+
 def _plain_rates(model: str, data: Path) -> list[float]:
     """The plain Trainer in a fresh process (2 threads, batch 8): its per-step tokens/s."""
     root = [str(Path(__file__).parents[1])]
@@ -271,7 +306,7 @@ def _plain_beside_ray(ctx: Context, model: str, data: Path, k: int) -> list[floa
 
 def p1(ctx: Context) -> dict[str, Any]:
     model, data = ctx.model(), ctx.data()
-    ours, base, beside = [], [], []
+    ours, base, beside, hosted = [], [], [], []
     for k in range(REPEATS):
         _, evs, _ = ctx.run_job(f"bench-p1-{int(time.time())}-{k}", base_model=model, dataset_path=str(data),
                                 epochs=1, batch_size=8, workers=1, cpus_per_worker=2,
@@ -280,15 +315,18 @@ def p1(ctx: Context) -> dict[str, Any]:
         ours.append(_steady([e.get("tokens_per_s") or 0 for e in evs if e["type"] == "step"]))
         base.append(_steady(_plain_rates(model, data)))
         beside.append(_steady(_plain_beside_ray(ctx, model, data, k)))
-    o, b, r = med(ours), med(base), med(beside)
+        hosted.append(_steady(_plain_in_ray_worker(ctx, model, data)))
+    o, b, r, w = med(ours), med(base), med(beside), med(hosted)
     return {"ours": f"{o:,.0f} tok/s", "baseline": f"{b:,.0f} tok/s", "ratio": o / b,
-            "beside_ray": r, "vs_beside_ray": o / r,
-            "samples": {"ours": ours, "baseline": base, "baseline_beside_ray": beside},
+            "beside_ray": r, "vs_beside_ray": o / r, "in_ray_worker": w, "vs_in_ray_worker": o / w,
+            "samples": {"ours": ours, "baseline": base, "baseline_beside_ray": beside, "in_ray_worker": hosted},
             "detail": f"P1: median steady-state (steps 6+) non-padding tokens/s over {REPEATS} alternating runs; "
                       "small Llama (hidden 256, 4 layers), batch 8, full fine-tune, 2 threads each. The same plain "
                       f"Trainer beside an idle Ray Train job (its driver, supervisor, controller and a waiting "
                       f"worker): {r:,.0f} tok/s, so the plain Trainer itself runs at {r / b:.2f} of its alone speed "
-                      f"beside Ray's processes, and ours is {o / r:.2f} of it."}
+                      f"beside Ray's processes, and ours is {o / r:.2f} of it. The same plain Trainer run by a Ray "
+                      f"task (a Ray worker process holding 2 CPUs, no Ray Train, none of our code): {w:,.0f} tok/s, "
+                      f"{w / b:.2f} of alone; ours is {o / w:.2f} of it."}
 
 
 # -- P3 ------------------------------------------------------------------------------------------------------------

@@ -105,23 +105,20 @@ def test_a_resume_mid_epoch_sees_the_batches_the_straight_run_saw(tmp_path):
         seen.append([f.pop("n") for f in features])
         return base(features)
 
-    def train(out, resume=None, max_steps=-1):
+    def train(out, resume=None):
         sampler = methods.grouped_sampler([len(r["input_ids"]) for r in rows], 4, 42)
         args = TrainingArguments(output_dir=str(out), per_device_train_batch_size=4, num_train_epochs=2,
-                                 max_steps=max_steps, save_strategy="steps", save_steps=5, report_to="none",
+                                 save_strategy="steps", save_steps=5, report_to="none",
                                  use_cpu=True, disable_tqdm=True, seed=42, remove_unused_columns=False,
                                  logging_steps=100)
         model = AutoModelForCausalLM.from_pretrained(model_dir)
         compat.trainer_class(None, sampler)(model=model, args=args, train_dataset=Dataset.from_list(rows),
                                              data_collator=collate).train(resume_from_checkpoint=resume)
 
-    train(tmp_path / "straight")
+    train(tmp_path / "straight")  # its checkpoint-5 holds the Trainer's state (RNG included) after step 5
     straight, seen[:] = list(seen), []
     assert len(straight) == 16 and straight[:8] != straight[8:]  # two epochs, each its own order
-    train(tmp_path / "cut", max_steps=5)
-    assert seen[:5] == straight[:5]
-    seen[:] = []
-    train(tmp_path / "resumed", resume=str(tmp_path / "cut" / "checkpoint-5"))
+    train(tmp_path / "resumed", resume=str(tmp_path / "straight" / "checkpoint-5"))
     assert seen == straight[5:]
 
 
