@@ -42,6 +42,7 @@ from .ray_client import (
     TERMINAL_RAY_STATUSES,
     RayClients,
     ensure_running,
+    failure,
     job_info,
     ray_status,
     short_reason,
@@ -97,12 +98,12 @@ class JobService:
         cfg = self.ensure_running(cluster)
         found = cluster_nodes(cfg)
         if found is None:
-            raise ClusterError(f"cluster '{cluster}' did not say what its nodes have (its dashboard did not answer)")
+            raise failure(cfg, f"cluster '{cluster}' did not say what its nodes have (its dashboard did not answer)")
         return found
 
     def info(self, cluster: str, name: str) -> Any:
         """Ray's record of job `name` on `cluster`, or None when Ray has none."""
-        return job_info(self.client(cluster), name)
+        return job_info(self.client(cluster), name, self.cluster(cluster))
 
     # -- create -----------------------------------------------------------------------------------------------
     @staticmethod
@@ -204,12 +205,11 @@ class JobService:
     def query(self, cluster: str, *, status: str | None = None, owner: str | None = None,
               sort: str = "-created_at", offset: int = 0, limit: int | None = None) -> tuple[list[JobSummary], int]:
         """Jobs of a cluster, filtered, sorted (`name`, `created_at`, `status`, `-` for descending), paged."""
-        self.ensure_running(cluster)
-        client = self.client(cluster)
+        cfg, client = self.ensure_running(cluster), self.client(cluster)
         try:
             infos = client.list_jobs()
         except Exception as e:
-            raise ClusterError(f"could not list jobs on '{cluster}': {short_reason(e)}") from e
+            raise failure(cfg, f"could not list jobs on '{cluster}': {short_reason(e)}") from e
         out, trials = [], {}
         for info in infos:
             if (info.metadata or {}).get(MARK) != "1" or not info.submission_id:

@@ -60,16 +60,24 @@ def not_running_message(cfg: ClusterConfig) -> str:
     return f"cluster '{cfg.name}' is not running: no answer from {cfg.address}"
 
 
-def job_info(client: Any, name: str) -> Any:
+def failure(cfg: ClusterConfig | None, message: str) -> ClusterError | ClusterNotRunning:
+    """The error for a Ray request that failed: the cluster is not running when it no longer answers (a request
+    in flight as it stops, say), else Ray's failure in `message`."""
+    if cfg is not None and not ping(cfg):
+        return ClusterNotRunning(not_running_message(cfg), details={"field": "cluster"})
+    return ClusterError(message)
+
+
+def job_info(client: Any, name: str, cfg: ClusterConfig | None = None) -> Any:
     """Ray's record of job `name`, or None when Ray has none."""
     try:
         return client.get_job_info(name)
     except RuntimeError as e:
         if "does not exist" in str(e) or "404" in str(e):
             return None
-        raise ClusterError(f"Ray could not describe job '{name}': {short_reason(e)}") from e
+        raise failure(cfg, f"Ray could not describe job '{name}': {short_reason(e)}") from e
     except OSError as e:  # requests' connection errors: the head went away or is overloaded
-        raise ClusterError(f"Ray could not describe job '{name}': its dashboard did not answer "
+        raise failure(cfg, f"Ray could not describe job '{name}': its dashboard did not answer "
                            f"({type(e).__name__}); is the cluster still running?") from e
 
 
