@@ -224,41 +224,6 @@ def _steady(rates: list[float], skip: int = 5) -> float:
     return med(xs) if xs else 0.0
 
 
-# The plain Trainer inside a Ray worker process: a task holding 2 CPUs, no Ray Train, none of our code. What it loses
-# against the plain Trainer beside Ray is the price of Ray's own threads in the process that trains.
-HOSTED_JOB = textwrap.dedent("""
-    import json, sys
-    import ray
-
-    @ray.remote(num_cpus=2)
-    def plain(root, model, data):
-        sys.path[:0] = [root, root + "/runtime"]
-        from pathlib import Path
-        from bench.cases import _plain_trainer_tokens_per_s
-        return _plain_trainer_tokens_per_s(model, Path(data), 2, 8)
-
-    ray.init()
-    print("RATES", json.dumps(ray.get(plain.remote(*sys.argv[1:4]))), flush=True)
-""")
-
-
-def _plain_in_ray_worker(ctx: Context, model: str, data: Path) -> list[float]:
-    """The plain Trainer run by a Ray task (HOSTED_JOB): its per-step tokens/s."""
-    client = ctx.service().client("local")
-    script = ctx.tmp / "hosted_job.py"
-    script.write_text(HOSTED_JOB)
-    sid = client.submit_job(entrypoint=f"python {script} {Path(__file__).parents[1]} {model} {data}")
-    end = time.time() + 600
-    while not str(client.get_job_status(sid)).endswith(("SUCCEEDED", "FAILED", "STOPPED")):
-        if time.time() > end:
-            raise NotMeasured("the hosted plain Trainer did not finish in 10 minutes")
-        time.sleep(0.5)
-    lines = [ln for ln in client.get_job_logs(sid).splitlines() if ln.startswith("RATES")]
-    if not lines:
-        raise NotMeasured(f"the hosted plain Trainer failed: {client.get_job_logs(sid)[-500:]}")
-    return list(json.loads(lines[-1][6:]))
-
-
 def _plain_rates(model: str, data: Path) -> list[float]:
     """The plain Trainer in a fresh process (2 threads, batch 8): its per-step tokens/s."""
     root = [str(Path(__file__).parents[1])]
@@ -271,7 +236,7 @@ def _plain_rates(model: str, data: Path) -> list[float]:
 def p1(ctx: Context) -> dict[str, Any]:
     """Ours (a Ray Train job of our runtime) against the plain Trainer alone, and three arms that split the gap
     (bench/p1_arms.py): the plain Trainer in a Ray task and as a TorchTrainer loop, and our loop outside Ray."""
-    from bench.p1_arms import ours_local, plain_in_ray_train
+    from bench.p1_arms import ours_local, plain_in_ray_task, plain_in_ray_train
 
     model, data = ctx.model(), ctx.data()
     arms: dict[str, list[float]] = {"ours": [], "baseline": [], "in_ray_worker": [], "in_ray_train": [],
@@ -283,7 +248,7 @@ def p1(ctx: Context) -> dict[str, Any]:
                                 training_config={"group_by_length": False})  # the baseline's padded batches
         arms["ours"].append(_steady([e.get("tokens_per_s") or 0 for e in evs if e["type"] == "step"]))
         arms["baseline"].append(_steady(_plain_rates(model, data)))
-        arms["in_ray_worker"].append(_steady(_plain_in_ray_worker(ctx, model, data)))
+        arms["in_ray_worker"].append(_steady(plain_in_ray_task(ctx, model, data, k)))
         arms["in_ray_train"].append(_steady(plain_in_ray_train(ctx, model, data, k)))
         arms["ours_local"].append(_steady(ours_local(ctx, model, data, k)))
     m = {name: med(xs) for name, xs in arms.items()}

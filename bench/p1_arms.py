@@ -1,5 +1,6 @@
-"""P1's decomposition arms: where a Ray Train job's tokens/s go, split between Ray Train and our runtime.
+"""P1's decomposition arms: where a Ray Train job's tokens/s go, split between Ray, Ray Train and our runtime.
 
+- `plain_in_ray_task`: the plain Trainer run by a Ray task holding 2 CPUs: a Ray worker process, no Ray Train.
 - `plain_in_ray_train`: the plain Trainer (bench.cases._plain_trainer_tokens_per_s) as the train loop of a
   TorchTrainer with one worker holding 2 CPUs: Ray Train's worker actor, its process group and its threads,
   none of our code. Against the plain Trainer alone it is the price of hosting in Ray Train.
@@ -18,6 +19,22 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# The plain Trainer inside a Ray worker process: a task holding 2 CPUs, no Ray Train, none of our code.
+TASK_HOSTED_JOB = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    import ray
+
+    @ray.remote(num_cpus=2)
+    def plain(root, model, data):
+        sys.path[:0] = [root, root + "/runtime"]
+        from bench.cases import _plain_trainer_tokens_per_s
+        return _plain_trainer_tokens_per_s(model, Path(data), 2, 8)
+
+    ray.init()
+    Path(sys.argv[4]).write_text(json.dumps(ray.get(plain.remote(*sys.argv[1:4]))))
+""")
 
 TRAIN_HOSTED_JOB = textwrap.dedent("""
     import json, sys
@@ -55,22 +72,33 @@ OURS_LOCAL = textwrap.dedent("""
 """)
 
 
-def plain_in_ray_train(ctx: Any, model: str, data: Path, k: int) -> list[float]:
-    """The plain Trainer as a TorchTrainer's train loop (TRAIN_HOSTED_JOB): its per-step tokens/s."""
+def _hosted_rates(ctx: Any, job: str, name: str, model: str, data: Path, k: int) -> list[float]:
+    """Submit `job` (TASK_HOSTED_JOB or TRAIN_HOSTED_JOB) to the bench's cluster: the plain Trainer's per-step
+    tokens/s, which the job writes to a file."""
     from bench.cases import NotMeasured
 
     client = ctx.service().client("local")
-    script, out = ctx.tmp / "train_hosted_job.py", ctx.tmp / f"train-hosted-{k}.json"
-    script.write_text(TRAIN_HOSTED_JOB)
+    script, out = ctx.tmp / f"{name}.py", ctx.tmp / f"{name}-{k}.json"
+    script.write_text(job)
     sid = client.submit_job(entrypoint=f"python {script} {ROOT} {model} {data} {out}")
     end = time.time() + 600
     while not str(client.get_job_status(sid)).endswith(("SUCCEEDED", "FAILED", "STOPPED")):
         if time.time() > end:
-            raise NotMeasured("the plain Trainer in Ray Train did not finish in 10 minutes")
+            raise NotMeasured(f"{name} did not finish in 10 minutes")
         time.sleep(0.5)
     if not out.exists():
-        raise NotMeasured(f"the plain Trainer in Ray Train failed: {client.get_job_logs(sid)[-500:]}")
+        raise NotMeasured(f"{name} failed: {client.get_job_logs(sid)[-500:]}")
     return list(json.loads(out.read_text()))
+
+
+def plain_in_ray_task(ctx: Any, model: str, data: Path, k: int) -> list[float]:
+    """The plain Trainer run by a Ray task holding 2 CPUs (TASK_HOSTED_JOB)."""
+    return _hosted_rates(ctx, TASK_HOSTED_JOB, "plain_in_ray_task", model, data, k)
+
+
+def plain_in_ray_train(ctx: Any, model: str, data: Path, k: int) -> list[float]:
+    """The plain Trainer as a TorchTrainer's train loop (TRAIN_HOSTED_JOB)."""
+    return _hosted_rates(ctx, TRAIN_HOSTED_JOB, "plain_in_ray_train", model, data, k)
 
 
 def ours_local(ctx: Any, model: str, data: Path, k: int) -> list[float]:
