@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import BadRequest, ClusterError, Forbidden, InvalidSpec, JobConflict, JobExists, JobNotFound
+from ..errors import BadRequest, Forbidden, InvalidSpec, JobConflict, JobExists, JobNotFound
 from ..spec import JobSpec, JobStatus, error_list, format_errors
 from . import runtime_env, tfenv
 from .clusters import ClusterConfig, ClusterRegistry, home
@@ -121,7 +121,7 @@ class JobService:
         """Check feasibility (the quick pre-flight), then submit a validated spec; raises naming the wrong field."""
         cfg = self.ensure_running(spec.cluster)
         client = self.client(spec.cluster)
-        if job_info(client, spec.name) is not None:
+        if job_info(client, spec.name, cfg) is not None:
             raise JobExists(
                 f"a job named '{spec.name}' already exists on cluster '{spec.cluster}'; choose another name",
                 details={"field": "name"},
@@ -144,11 +144,11 @@ class JobService:
         try:
             submit(client, entrypoint=runtime_env.entrypoint(spec), submission_id=spec.name, runtime_env=env,
                    metadata=metadata)
-        except RuntimeError as e:
+        except (RuntimeError, OSError) as e:  # OSError: requests' connection errors (the head went away)
             if "already exists" in str(e):
                 raise JobExists(f"a job named '{spec.name}' already exists on cluster '{spec.cluster}'",
                                 details={"field": "name"}) from e
-            raise ClusterError(f"Ray refused the job: {short_reason(e)}") from e
+            raise failure(cfg, f"Ray refused the job: {short_reason(e)}") from e
         return submitted_detail(spec.cluster, spec.name, runtime_env=env, metadata=metadata, created_at=time.time(),
                                 log_url=_log_url(cfg, spec.name))
 
