@@ -37,6 +37,13 @@ it was read in, and tests/unit/test_compat.py fails loudly when a patched name c
   tensor-parallel group, no DDP wrap) runs on CPU over gloo: with the check passed, a 2-worker TP run's per-step
   losses equal the DDP run's (tests/integration/test_parallelism.py). The check is run as for a multi-device run.
   Read in accelerate 1.16.
+- **No DatasetManager without datasets** (`lean_trainer`). Ray Train V2's `DatasetsCallback` starts a
+  `DatasetManager` actor for every run, Ray Datasets or not: one more Python process per job that imports
+  ray.data (~2.4 CPU-seconds on 2 cores, and Ray Data's `_AutoscalingCoordinatorActor` once per cluster).
+  Our workers read their own shard of the data (train.py), never a Ray Dataset, so a trainer given no
+  `datasets` leaves that callback out of `_create_default_callbacks`; the workers' `dataset_shard_provider`
+  is then None, which only `ray.train.get_dataset_shard` reads. Read in Ray 2.60
+  (`ray/train/v2/api/data_parallel_trainer.py`, `ray/train/v2/_internal/callbacks/datasets.py`).
 - **ZeRO-3's full weights** (`zero3_full_state`): DeepSpeed's engine gathers them for a save with
   `_zero3_consolidated_16bit_state_dict()` (what transformers' own ZeRO-3 save calls). Read in DeepSpeed 0.18.
 """
@@ -52,6 +59,8 @@ PATCHED = (
     ("torch.distributed.rendezvous", "_create_c10d_store"),
     ("torch.distributed.rendezvous", "_torchelastic_use_agent_store"),
     ("ray.train.torch.config", "_TorchBackend"),
+    ("ray.train.v2.api.data_parallel_trainer", "DataParallelTrainer._create_default_callbacks"),
+    ("ray.train.v2._internal.callbacks.datasets", "DatasetsCallback"),
     ("transformers.trainer", "Trainer._load_from_checkpoint"),
     ("transformers.trainer", "Trainer._load_rng_state"),
     ("transformers.trainer", "Trainer._get_train_sampler"),
@@ -107,6 +116,22 @@ def torch_config(**kwargs: Any) -> Any:
             return Backend
 
     return Config(**kwargs)
+
+
+def lean_trainer(trainer_cls: type) -> type:
+    """`trainer_cls` (TorchTrainer, TensorflowTrainer) without Ray Data's DatasetManager actor when it is given
+    no `datasets` (see the module's notes); the callbacks are built in the driver and sent to the controller."""
+    from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
+
+    class Trainer(trainer_cls):  # type: ignore[misc, valid-type]
+        def _create_default_callbacks(self) -> list[Any]:
+            callbacks = super()._create_default_callbacks()
+            if self.datasets:
+                return callbacks
+            return [c for c in callbacks if not isinstance(c, DatasetsCallback)]
+
+    Trainer.__name__ = Trainer.__qualname__ = trainer_cls.__name__
+    return Trainer
 
 
 def trainer_class(pipeline: Any = None, sampler: Any = None) -> Any:

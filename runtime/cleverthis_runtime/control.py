@@ -237,7 +237,9 @@ def drive(trainer_cls: Any, train_loop: Any, spec: Any, job: str, loop_config: d
     resources: dict[str, float] = {"CPU": spec.cpus_per_worker}
     if spec.gpus_per_worker:
         resources["GPU"] = spec.gpus_per_worker
-    trainer = trainer_cls(
+    from .compat import lean_trainer
+
+    trainer = lean_trainer(trainer_cls)(
         train_loop,
         train_loop_config=loop_config,
         scaling_config=ScalingConfig(

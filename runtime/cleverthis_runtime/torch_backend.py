@@ -9,7 +9,7 @@ import importlib.util
 import statistics
 from typing import Any
 
-from . import lora_targets
+from . import layout_cache, lora_targets
 from .spec import JobSpec, TrainingConfig
 
 
@@ -35,11 +35,18 @@ class TorchBackend:
         if quick:
             names = isinstance(tc.target_modules, list) and tc.method != "full"
             if names or tc.packing or tc.model_parallel_size > 1:
-                # what depends on the architecture is checked at create too: a meta-device build, no weights read
+                # what depends on the architecture is checked at create too: a meta-device build, no weights read,
+                # whose answer is kept per model config (layout_cache)
+                fields = {f: getattr(tc, f) for f in layout_cache.FIELDS} | {"targets": names}
                 try:
-                    _architecture_checks(tc, lora_targets.meta_model(spec.base_model), out, err, targets=names)
+                    answer = layout_cache.remembered(spec.base_model, fields, lambda: _layout_answer(spec, tc, names))
                 except Exception as e:  # the model cannot be read here: the full pre-flight and the job say why
                     out["warnings"].append(f"model layout not checked: {str(e).splitlines()[0][:200]}")
+                    return
+                for field, message in answer["errors"]:
+                    err(field, message)
+                if answer.get("lora_target_modules") is not None:
+                    out["lora_target_modules"] = answer["lora_target_modules"]
             return
         if ds is not None:
             _model_facts(spec, tc, ds, out, err)
@@ -80,6 +87,16 @@ def _template(tok: Any, tc: TrainingConfig, out: dict[str, Any], err: Any) -> bo
         out["warnings"].append(f"the chat template ({name}) drops the system turn: system messages do not reach "
                                "the model")
     return True
+
+
+def _layout_answer(spec: JobSpec, tc: TrainingConfig, targets: bool) -> dict[str, Any]:
+    """The architecture checks on the meta-device model, as JSON: the errors (field, message) and the LoRA
+    target modules."""
+    errors: list[list[str]] = []
+    found: dict[str, Any] = {}
+    _architecture_checks(tc, lora_targets.meta_model(spec.base_model), found,
+                         lambda field, message: errors.append([field, message]), targets=targets)
+    return {"errors": errors, "lora_target_modules": found.get("lora_target_modules")}
 
 
 def _architecture_checks(tc: TrainingConfig, model: Any, out: dict[str, Any], err: Any, *, targets: bool) -> None:

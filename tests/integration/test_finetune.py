@@ -116,6 +116,7 @@ def test_lora_finetune_two_epochs(ray_cluster, tiny_model, dataset, job_name, cl
                      timeout=30)
     classes = {a["class_name"] for a in r.json()["data"]["result"]["result"]}
     assert "TrainController" in classes and "PreemptionWatcher" not in classes, classes
+    assert "DatasetManager" not in classes, classes  # no Ray Datasets, no DatasetManager (compat.lean_trainer)
 
     # Ray's own client sees the job we submitted, under the same name.
     ray_client = JobSubmissionClient(ray_cluster.address, headers=ray_cluster.headers())

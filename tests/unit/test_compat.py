@@ -132,3 +132,24 @@ def test_tensor_parallel_on_cpu_passes_accelerates_check_and_its_other_checks_re
     pc._validate_accelerator(cpu)
     with pytest.raises(ValueError, match=r"total_size \(2\) does not match num_processes \(4\)"):
         pc._validate_accelerator(SimpleNamespace(**{**vars(cpu), "num_processes": 4}))
+
+
+def test_a_trainer_without_datasets_starts_no_dataset_manager():
+    """lean_trainer leaves out Ray Data's DatasetsCallback (a DatasetManager actor per run) only when the trainer
+    has no datasets; every other default callback stays (the real job: test_finetune lists the job's actors)."""
+    from ray.train.torch import TorchTrainer
+    from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
+
+    def loop(config):  # noqa: ANN001 - never run
+        pass
+
+    lean = compat.lean_trainer(TorchTrainer)
+    assert issubclass(lean, TorchTrainer) and lean.__name__ == "TorchTrainer"
+    plain = [type(c).__name__ for c in TorchTrainer(loop)._create_default_callbacks()]
+    kept = [type(c).__name__ for c in lean(loop)._create_default_callbacks()]
+    assert "DatasetsCallback" in plain and "PlacementGroupCleanerCallback" in plain
+    assert kept == [n for n in plain if n != "DatasetsCallback"]
+    import ray.data
+
+    with_data = lean(loop, datasets={"train": ray.data.from_items([{"x": 1}])})._create_default_callbacks()
+    assert any(isinstance(c, DatasetsCallback) for c in with_data)
