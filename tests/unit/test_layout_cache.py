@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from test_model_cache import hf_home, make_cached_model  # noqa: F401 - the fixture, and a Hub cache entry by hand
 
 from cleverthis_runtime import layout_cache, lora_targets
 from cleverthis_runtime.preflight import preflight
@@ -62,3 +63,27 @@ def test_a_model_whose_config_is_not_on_this_node_is_checked_every_time(tmp_path
         assert errors == []  # offline, no config: the full pre-flight and the job say why (a warning here)
     assert builds == ["nobody/not-in-the-cache"] * 2
     assert not (tmp_path / "home" / "cache").exists()
+
+
+
+def test_a_hub_id_in_the_model_cache_is_kept_like_a_folder(tiny_model, hf_home, tmp_path, monkeypatch):  # noqa: F811
+    """A Hub id resolves through the node's model cache (HF_HOME, offline), as the job loads it: create's quick
+    check, run as create runs it (a process with the job's environment), keeps the answer and reads it back."""
+    from jupyter_cleverthis.service.helper_jobs import run_helper_here
+
+    monkeypatch.setenv("CLEVERTHIS_HOME", str(tmp_path / "home"))
+    snap = make_cached_model(hf_home, "acme/tiny-llama", Path(tiny_model))
+    assert layout_cache.config_file("acme/tiny-llama") == str(snap / "config.json")
+    spec = JobSpec(name="hub", base_model="acme/tiny-llama", dataset_path=str(EXAMPLE_DATA),
+                   training_config={"target_modules": ["q_proj", "nope"]})
+
+    def quick():
+        return run_helper_here(entrypoint="python -m cleverthis_runtime.preflight --quick",
+                               runtime_env={"env_vars": {"CLEVERTHIS_SPEC": spec.model_dump_json()}},
+                               answer="preflight", timeout=300, what="the pre-flight check")
+
+    first = quick()
+    assert [e["field"] for e in first["errors"]] == ["training_config.target_modules"], first
+    (entry,) = (tmp_path / "home" / "cache" / "layout-checks").iterdir()
+    kept = entry.stat().st_ino
+    assert quick()["errors"] == first["errors"] and entry.stat().st_ino == kept  # read back, not built again
