@@ -143,3 +143,17 @@ def _stop_leftover_jobs(prefix: str) -> None:
 @pytest.fixture
 def jp_server_config() -> dict:
     return {"ServerApp": {"jpserver_extensions": {"jupyter_cleverthis": True}}}
+
+
+@pytest.fixture(autouse=True)
+def _no_cluster_of_its_own() -> Iterator[None]:
+    """No test starts a Ray cluster inside the pytest process: an implicit `ray.init()` (a `ray.data.from_items`,
+    a `.remote()`) boots a second local head beside the run's shared one, which timed out under CI's load (stop
+    33's red run). Jobs and helpers reach the shared head through the Job API or processes of their own."""
+    yield
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is not None and getattr(ray, "is_initialized", lambda: False)():
+        ray.shutdown()
+        pytest.fail("the test started a Ray cluster in the pytest process; use the shared head (ray_cluster)")
