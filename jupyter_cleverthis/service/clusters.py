@@ -261,6 +261,12 @@ class LocalCluster:
             RAY_enable_metrics_collection="1" if metrics else "0",
             **own_metrics,
         )
+        # Ray's log monitor (workers' output -> drivers -> job logs) globs the session's log folder and stats every
+        # worker log in it 10 times a second while it holds under 1,000 files: with a few hundred files from earlier
+        # jobs, ~5% of a core. Once a second finds a new worker's log just as well (read from its start: no line is
+        # lost, the first may come up to a second later); lines of a log already open still follow at 10 Hz.
+        env.setdefault("RAY_LOG_MONITOR_MANY_FILES_THRESHOLD", "0")
+        env.setdefault("LOG_NAME_UPDATE_INTERVAL_S", "1")
         # torch's gloo connects its workers on the address the host name resolves to (often the machine's own
         # address): on the loopback interface instead, unless the user chose one
         lo = loopback_interface()

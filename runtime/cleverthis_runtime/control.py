@@ -239,7 +239,7 @@ def drive(trainer_cls: Any, train_loop: Any, spec: Any, job: str, loop_config: d
         resources["GPU"] = spec.gpus_per_worker
     from .compat import lean_trainer
 
-    trainer = lean_trainer(trainer_cls)(
+    trainer = lean_trainer(trainer_cls, pg_cleaner=sweep is not None)(
         train_loop,
         train_loop_config=loop_config,
         scaling_config=ScalingConfig(

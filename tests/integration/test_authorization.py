@@ -46,7 +46,7 @@ def alices_job(ray_cluster, tiny_model, tmp_path, job_name) -> str:
     svc = JobService()
     svc.create(JobSpec(name=job_name, base_model=tiny_model, dataset_path=str(tmp_path / "none"), epochs=1,
                        workers=1), owner="alice", check=False)
-    svc.wait("local", job_name, poll=0.5, timeout=300)
+    svc.wait("local", job_name, poll=1.0, timeout=300)
     return job_name
 
 

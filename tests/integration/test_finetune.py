@@ -67,7 +67,7 @@ def test_lora_finetune_two_epochs(ray_cluster, tiny_model, dataset, job_name, cl
             scraped[0] = time.time()
 
     svc.create(spec, owner="tester")
-    final = svc.wait("local", job_name, poll=0.3, timeout=900, on_change=on_change)
+    final = svc.wait("local", job_name, poll=1.0, timeout=900, on_change=on_change)
     assert final.status == JobStatus.SUCCEEDED, final.error
     assert seen == sorted(seen, key=ORDER.index), seen  # never goes backwards
     assert seen[-1] == "succeeded" and len(seen) >= 2
@@ -114,9 +114,14 @@ def test_lora_finetune_two_epochs(ray_cluster, tiny_model, dataset, job_name, cl
     # controller is there, so the state API did list the job's actors.
     r = requests.get(f"{ray_cluster.address}/api/v0/actors", params={"limit": 10000}, headers=ray_cluster.headers(),
                      timeout=30)
-    classes = {a["class_name"] for a in r.json()["data"]["result"]["result"]}
-    assert "TrainController" in classes and "PreemptionWatcher" not in classes, classes
-    assert "DatasetManager" not in classes, classes  # no Ray Datasets, no DatasetManager (compat.lean_trainer)
+    actors = r.json()["data"]["result"]["result"]
+    assert "PreemptionWatcher" not in {a["class_name"] for a in actors}, actors
+    # This job's own actors (other tests' jobs and sweeps share the cluster): no Ray Datasets, no DatasetManager;
+    # a job's own run starts no PlacementGroupCleaner either (compat.lean_trainer; a sweep's trials keep theirs)
+    job_id = JobSubmissionClient(ray_cluster.address, headers=ray_cluster.headers()).get_job_info(job_name).job_id
+    mine = {a["class_name"] for a in actors if a.get("job_id") == job_id}
+    assert "TrainController" in mine and "RayTrainWorker" in mine, (job_id, mine)
+    assert not mine & {"DatasetManager", "PlacementGroupCleaner"}, (job_id, mine)
 
     # Ray's own client sees the job we submitted, under the same name.
     ray_client = JobSubmissionClient(ray_cluster.address, headers=ray_cluster.headers())
@@ -195,7 +200,7 @@ def test_lora_finetune_two_epochs(ray_cluster, tiny_model, dataset, job_name, cl
     # Resume: a new job from the latest checkpoint continues the numbering (epoch-3 follows epoch-2).
     resumed = svc.resume("local", job_name, epochs=1, owner="tester")  # its owner resumes it
     assert resumed.name == f"{job_name}-resume-1"
-    done = svc.wait("local", resumed.name, poll=0.5, timeout=600)
+    done = svc.wait("local", resumed.name, poll=1.0, timeout=600)
     assert done.status == JobStatus.SUCCEEDED, done.error
     assert [c.name for c in done.checkpoints] == ["epoch-3"]
     assert os.readlink(root / "epoch-final") == "epoch-3"
@@ -214,7 +219,7 @@ def test_missing_dataset_fails_naming_the_path(ray_cluster, tiny_model, tmp_path
     # check=False skips the pre-flight (which would refuse it at create) to prove the runtime's own error.
     svc.create(JobSpec(name=job_name, base_model=tiny_model, dataset_path=str(missing), epochs=1, workers=1),
                check=False)
-    final = svc.wait("local", job_name, poll=0.5, timeout=300)
+    final = svc.wait("local", job_name, poll=1.0, timeout=300)
     assert final.status == JobStatus.FAILED
     assert str(missing) in (final.error or "")
     assert final.error_kind == "dataset" and "check the path" in (final.advice or "")
@@ -227,7 +232,7 @@ def test_missing_dataset_fails_naming_the_path(ray_cluster, tiny_model, tmp_path
     (data / "train.jsonl").write_text("\n".join(lines[:2] + ['{"instruction": "q", "output": 3}'] + lines[2:]) + "\n")
     second = f"{job_name}-line"
     svc.create(JobSpec(name=second, base_model=tiny_model, dataset_path=str(data), epochs=1, workers=1), check=False)
-    broken = svc.wait("local", second, poll=0.5, timeout=300)
+    broken = svc.wait("local", second, poll=1.0, timeout=300)
     assert broken.status == JobStatus.FAILED and broken.error_kind == "dataset"
     assert broken.error_line is not None and broken.error_line.model_dump() == {
         "path": str(data / "train.jsonl"), "line": 3, "text": '{"instruction": "q", "output": 3}'}

@@ -139,6 +139,11 @@ def test_every_listener_of_the_managed_cluster_is_on_loopback(ray_cluster, cleve
     # gloo joins its workers on the loopback interface too, whatever the host name resolves to
     raylet = next(p for p in psutil.Process(int(st["pid"])).children(recursive=True) if p.name() == "raylet")
     assert raylet.environ().get("GLOO_SOCKET_IFNAME") == loopback_interface() == "lo"
+    # Ray's log monitor looks for new worker logs once a second, not ten times (clusters.LocalCluster._launch)
+    monitor = next(p for p in psutil.Process(int(st["pid"])).children(recursive=True)
+                   if any(a.endswith("log_monitor.py") for a in p.cmdline()))
+    env = monitor.environ()
+    assert (env.get("RAY_LOG_MONITOR_MANY_FILES_THRESHOLD"), env.get("LOG_NAME_UPDATE_INTERVAL_S")) == ("0", "1"), env
     exposed = [s for s in socks if not _is_loopback(s[1])]
     assert not exposed, f"listening beyond loopback: {exposed}"
 

@@ -97,7 +97,7 @@ def test_two_nodes_one_worker_each_cancel_resume_and_per_node_model_cache(ray_cl
     assert sorted(w["rank"] for w in workers) == [0, 1]
     assert len({w["node_id"] for w in workers}) == 2, workers  # one worker per node
     svc.cancel("local", job_name)
-    d = svc.wait("local", job_name, poll=0.5, timeout=120)
+    d = svc.wait("local", job_name, poll=1.0, timeout=120)
     assert d.status == JobStatus.CANCELLED, (d.error, d.traceback)
     names = [c.name for c in d.checkpoints]
     assert names[0] == "epoch-1" and len(names) == 2 and names[1].startswith("epoch-2-step-"), names
@@ -106,7 +106,7 @@ def test_two_nodes_one_worker_each_cancel_resume_and_per_node_model_cache(ray_cl
     assert {"rng_state_0.pth", "rng_state_1.pth"} <= set(os.listdir(cut / "training_state"))  # every rank's RNG
 
     r = svc.resume("local", job_name)
-    done = svc.wait("local", r.name, poll=0.5, timeout=400)
+    done = svc.wait("local", r.name, poll=1.0, timeout=400)
     assert done.status == JobStatus.SUCCEEDED, (done.error, done.traceback)
     evs = svc.events("local", r.name)
     assert len({w["node_id"] for w in evs if w["type"] == "worker"}) == 2
@@ -151,4 +151,4 @@ def test_a_job_blocked_by_another_says_which_node_and_job(ray_cluster, tiny_mode
         for name in (blocked, holder):
             svc.cancel("local", name)
     for name in (blocked, holder):
-        assert svc.wait("local", name, poll=0.5, timeout=120).status == JobStatus.CANCELLED
+        assert svc.wait("local", name, poll=1.0, timeout=120).status == JobStatus.CANCELLED

@@ -50,7 +50,7 @@ def test_tensor_and_pipeline_parallel_match_ddp_and_save_a_full_model(ray_cluste
                            training_config={**CONFIG, **extra}), owner="tester")
     evs = {}
     for k in runs:
-        final = svc.wait("local", names[k], poll=0.5, timeout=800)
+        final = svc.wait("local", names[k], poll=1.0, timeout=800)
         evs[k] = svc.events("local", names[k])
         assert final.status == JobStatus.SUCCEEDED, (k, final.error, [e for e in evs[k] if e["type"] == "error"])
     print(f"DDP, TP and PP jobs: {time.time() - t0:.1f} s")

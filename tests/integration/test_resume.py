@@ -42,7 +42,7 @@ def test_cancel_mid_epoch_then_resume_equals_straight_run(ray_cluster, tiny_mode
     t_seen = time.time()
     assert seen < 40
     svc.cancel("local", job_name)
-    cancelled = svc.wait("local", job_name, poll=0.5, timeout=120)
+    cancelled = svc.wait("local", job_name, poll=1.0, timeout=120)
     t_cancel = time.time()
     assert cancelled.status == JobStatus.CANCELLED, cancelled.error
     assert cancelled.phase == "cancelled"
@@ -65,7 +65,7 @@ def test_cancel_mid_epoch_then_resume_equals_straight_run(ray_cluster, tiny_mode
     resumed = svc.resume("local", job_name)
     straight = straight_reference(tiny_model, dataset, tmp_path / "straight")  # while the resumed job runs
     assert resumed.name.endswith("-resume-1") and resumed.epochs == 1
-    r = svc.wait("local", resumed.name, poll=0.5, timeout=300)
+    r = svc.wait("local", resumed.name, poll=1.0, timeout=300)
     assert r.status == JobStatus.SUCCEEDED, r.error
     assert [c.name for c in r.checkpoints] == ["epoch-2"]
     ev = [e for e in svc.events("local", resumed.name) if e["type"] == "resume"][0]

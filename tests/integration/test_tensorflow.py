@@ -74,7 +74,7 @@ def test_two_workers_train_checkpoint_and_resume(ray_cluster, tf_model, dataset,
     t0 = time.time()
     retry(svc.create, JobSpec(name=job_name, base_model=tf_model, dataset_path=str(dataset), framework="tensorflow",
                               epochs=2, batch_size=8, workers=2, training_config=FULL), owner="tester")
-    d = svc.wait("local", job_name, poll=0.5, timeout=600)
+    d = svc.wait("local", job_name, poll=1.0, timeout=600)
     evs = svc.events("local", job_name)
     assert d.status == JobStatus.SUCCEEDED, (d.error, [e for e in evs if e["type"] in ("error", "worker_error")])
     t_train = time.time() - t0
@@ -108,7 +108,7 @@ def test_two_workers_train_checkpoint_and_resume(ray_cluster, tf_model, dataset,
     # Resume from epoch-1: epoch numbering continues (epoch-2), from the exact position, equal to the straight run.
     t1 = time.time()
     r = retry(svc.resume, "local", job_name, checkpoint="epoch-1", epochs=1, owner="tester")
-    r = svc.wait("local", r.name, poll=0.5, timeout=600)
+    r = svc.wait("local", r.name, poll=1.0, timeout=600)
     revs = svc.events("local", r.name)
     assert r.status == JobStatus.SUCCEEDED, (r.error, [e for e in revs if e["type"] in ("error", "worker_error")])
     assert [c.name for c in r.checkpoints] == ["epoch-2"]
@@ -140,7 +140,7 @@ def test_killed_worker_recovers_then_cancel_keeps_a_loadable_checkpoint(ray_clus
 
     # Cancel in the middle of epoch 2: a checkpoint of the exact step, then `cancelled`.
     svc.cancel("local", job_name)
-    d = svc.wait("local", job_name, poll=0.5, timeout=120)
+    d = svc.wait("local", job_name, poll=1.0, timeout=120)
     assert d.status == JobStatus.CANCELLED and d.phase == "cancelled", d.error
     names = [c.name for c in d.checkpoints]
     assert names[0] == "epoch-1" and len(names) == 2 and names[1].startswith("epoch-2-step-"), names

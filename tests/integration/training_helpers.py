@@ -65,7 +65,7 @@ def wait_for(svc: JobService, name: str, pred, timeout: float = 300, what: str =
             return evs
         d = svc.get("local", name)
         assert not d.status.is_terminal(), (what, d.status, d.error)
-        time.sleep(0.3)
+        time.sleep(0.5)
     raise AssertionError(f"{name}: timed out waiting for {what}")
 
 
@@ -104,7 +104,7 @@ def run_job(tiny_model, dataset, job_name, config, *, workers=2, batch_size=8, t
             if attempt == 5 or not any(s in str(e) for s in ("No available agent", "Connection aborted")):
                 raise
             time.sleep(5)
-    final = svc.wait("local", job_name, poll=0.5, timeout=timeout)
+    final = svc.wait("local", job_name, poll=1.0, timeout=timeout)
     evs = svc.events("local", job_name)
     assert final.status == JobStatus.SUCCEEDED, (final.error, [e for e in evs if e["type"] in ("error", "worker_error")])
     print(f"{job_name}: {time.time() - t0:.1f} s")

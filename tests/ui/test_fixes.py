@@ -44,7 +44,7 @@ def _out_of_memory_job(tiny_model: str, dataset: Path) -> str:
         mp.setattr(JobService, "_runtime_env", env)
         svc.create(JobSpec(name=name, base_model=tiny_model, dataset_path=str(dataset), epochs=1, batch_size=8,
                            workers=1, training_config={"method": "lora", "report_to": ["none"]}), check=False)
-    d = svc.wait("local", name, poll=0.5, timeout=300)
+    d = svc.wait("local", name, poll=1.0, timeout=300)
     assert d.status == JobStatus.FAILED and d.error_kind == "out_of_memory", (d.status, d.error_kind, d.error)
     return name
 

@@ -149,6 +149,11 @@ def test_a_trainer_without_datasets_starts_no_dataset_manager():
     kept = [type(c).__name__ for c in lean(loop)._create_default_callbacks()]
     assert "DatasetsCallback" in plain and "PlacementGroupCleanerCallback" in plain
     assert kept == [n for n in plain if n != "DatasetsCallback"]
+    # a job's own run leaves out the PlacementGroupCleaner too (its placement group ends with the job); a
+    # sweep's trials keep it
+    job_run = [type(c).__name__ for c in compat.lean_trainer(TorchTrainer, pg_cleaner=False)(loop)
+               ._create_default_callbacks()]
+    assert job_run == [n for n in plain if n not in ("DatasetsCallback", "PlacementGroupCleanerCallback")]
     import ray
 
     # A dataset factory (Ray's GenDataset allows a callable) is never called here, so no cluster starts: a
