@@ -10,7 +10,7 @@ STAMP := $(VENV)/.cleverthis-installed
 # local torch CPU wheel) is passed on. Installed files are byte-compiled (in parallel): without it every Ray worker
 # compiled torch's and transformers' modules on import, all at once (the wheel check's LoRA job 134 s instead of 53 s).
 UV := $(VENV)/bin/uv pip install -q --python $(PY) --compile-bytecode -c constraints.txt \
-  $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS))
+  $(foreach links,$(PIP_FIND_LINKS),--find-links $(links))
 # Tools the steps call by name (jupyter, ray, cleverthis-train) come from the project's venv.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # What outlives a clean clone on this machine (CI included): the TensorFlow environment and the DeepSpeed op cache.

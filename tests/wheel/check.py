@@ -117,9 +117,9 @@ def prepare(constraints: str) -> None:
         # The dependencies the wheel's metadata asks for (its train extra) come through uv from the same sources
         # and constraints, byte-compiled on both cores (~50 s; pip took ~120 s of one core). Then pip installs the
         # wheel itself over it, as users do: its files, the data files under share/ and etc/, its entry points.
-        links = os.environ.get("PIP_FIND_LINKS")
+        links = [a for path in os.environ.get("PIP_FIND_LINKS", "").split() for a in ("--find-links", path)]
         run([str(bin_dir / "uv"), "pip", "install", "-q", "--python", python, "--compile-bytecode",
-             "-c", constraints, *(["--find-links", links] if links else []),
+             "-c", constraints, *links,
              f"{wheel}[train]", "jupyterlab", "ipykernel", "nbclient"], env=env, cwd=WORK, timeout=1800)
         run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", "--force-reinstall",
              str(wheel)], env=env, cwd=WORK, timeout=600)
