@@ -118,14 +118,12 @@ def test_lora_finetune_two_epochs(ray_cluster, tiny_model, dataset, job_name, cl
     assert "PreemptionWatcher" not in {a["class_name"] for a in actors}, actors
     # This job's own actors (other tests' jobs and sweeps share the cluster): no Ray Datasets, no DatasetManager;
     # a job's own run starts no PlacementGroupCleaner either (compat.lean_trainer; a sweep's trials keep theirs)
-    job_id = JobSubmissionClient(ray_cluster.address, headers=ray_cluster.headers()).get_job_info(job_name).job_id
-    mine = {a["class_name"] for a in actors if a.get("job_id") == job_id}
-    assert "TrainController" in mine and "RayTrainWorker" in mine, (job_id, mine)
-    assert not mine & {"DatasetManager", "PlacementGroupCleaner"}, (job_id, mine)
-
     # Ray's own client sees the job we submitted, under the same name.
-    ray_client = JobSubmissionClient(ray_cluster.address, headers=ray_cluster.headers())
-    assert ray_client.get_job_info(job_name).metadata["owner"] == "tester"
+    ray_job = JobSubmissionClient(ray_cluster.address, headers=ray_cluster.headers()).get_job_info(job_name)
+    assert ray_job.metadata["owner"] == "tester"
+    mine = {a["class_name"] for a in actors if a.get("job_id") == ray_job.job_id}
+    assert "TrainController" in mine and "RayTrainWorker" in mine, (ray_job.job_id, mine)
+    assert not mine & {"DatasetManager", "PlacementGroupCleaner"}, (ray_job.job_id, mine)
 
     root = dataset / "checkpoints"
     assert final.checkpoint_dir == str(root)
