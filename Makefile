@@ -39,8 +39,9 @@ $(STAMP): pyproject.toml constraints.txt js/package.json js/package-lock.json | 
 	$(UV) -e ".[train,dev]"
 	$(VENV)/bin/jupyter builder develop --overwrite . >/dev/null
 	@# DeepSpeed's JIT-built ops are cached per environment and versions (strategies.environment_key). ninja
-	@# rebuilds them when a source or header is newer than the build, and pip stamps every file it installs with
-	@# the install time: a re-made venv would rebuild cpu_adam (~65 s of 2 cores) for byte-identical sources.
+	@# rebuilds them when a source or header is newer than the build, and an installer may stamp the files it
+	@# installs with the install time: a re-made venv would rebuild cpu_adam (~65 s of 2 cores) for byte-identical
+	@# sources. (A venv at another path rebuilds anyway: its include paths change the compile command.)
 	@# The op sources and torch's headers get one fixed date instead (C++ sources and headers only, never a .py file).
 	find $(VENV)/lib/python*/site-packages/deepspeed/ops/csrc $(VENV)/lib/python*/site-packages/torch/include \
 	  -type f -exec touch -d 2000-01-01 {} +

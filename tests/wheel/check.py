@@ -1,9 +1,10 @@
-"""The install users do, checked: `python -m build`, then `pip install "<wheel>[train]"` into a fresh venv.
+"""The install users do, checked: `python -m build`, then the wheel with its `train` extra into a fresh venv.
 
 Run by `make test-wheel` (part of `make test`). Steps, each timed:
 1. build the sdist and, from it, the wheel (isolated build: npm install and the production front-end build);
 2. a fresh venv (the same base Python), the wheel with its `train` extra plus JupyterLab and a kernel, installed
-   with no node/npm on PATH (a prebuilt extension needs none);
+   with no node/npm on PATH (a prebuilt extension needs none): the dependencies through uv, the wheel itself
+   through pip, then `pip check`;
 3. `jupyter labextension list`: the extension is prebuilt (installed by the wheel) and enabled;
    `jupyter server extension list`: the server extension is enabled and loads;
 4. a real kernel: `%load_ext jupyter_cleverthis`, `%train --help`, the packages come from that venv's site-packages;
@@ -12,8 +13,7 @@ Run by `make test-wheel` (part of `make test`). Steps, each timed:
    the environment under $CLEVERTHIS_HOME by itself; the cluster is stopped by its pid at the end.
 
 `--phase prepare` does steps 1-2 only (with any Python: it needs no venv of the project's), `--phase check` the
-rest on what prepare left. `make test` runs prepare beside the dev install. The wheel's dependencies come through
-uv (faster), the wheel itself through pip, as users install it, and `pip check` checks the requirements are met.
+rest on what prepare left. `make test` runs prepare beside the dev install.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def prepare(constraints: str) -> None:
     base_python = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
     env = user_env(venv)
     python = str(venv / "bin" / "python")
-    with step("a fresh venv: pip install '<wheel>[train]' jupyterlab ipykernel nbclient (no node on PATH)"):
+    with step("a fresh venv: '<wheel>[train]' jupyterlab ipykernel nbclient, the wheel by pip (no node on PATH)"):
         run([base_python, "-m", "venv", str(venv)])
         # The dependencies the wheel's metadata asks for (its train extra) come through uv from the same sources
         # and constraints, byte-compiled on both cores (~50 s; pip took ~120 s of one core). Then pip installs the
