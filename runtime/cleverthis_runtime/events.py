@@ -82,19 +82,37 @@ def to_line(event: dict[str, Any]) -> str:
 
 
 def parse_line(line: str) -> dict[str, Any] | None:
-    """The event on a log line, or None. It is checked against its type's model (event_models.py): a valid
-    `phase` event's phase becomes a `Phase` (a str, so it compares and serialises as the word); an unknown type,
-    or one that does not validate (another runtime version, a user's print), is kept as it is and marked with
-    `"invalid": "<why>"` for a known type; nothing is dropped."""
+    """The first event on a log line, or None (see `events_on_line`)."""
+    return next(events_on_line(line), None)
+
+
+_decoder = json.JSONDecoder()
+
+
+def events_on_line(line: str) -> Iterator[dict[str, Any]]:
+    """Every event on a log line. Usually one, but two threads printing into one process's stdout can join
+    lines: Ray's `print` of a forwarded worker line writes the text and its newline in two writes, and the
+    driver's re-print of that event can land between them (CI saw `(RayTrainWorker ...) @@...{...}@@...{...}`).
+    Each object is decoded from its prefix on, ignoring what follows it.
+
+    An event is checked against its type's model (event_models.py): a valid `phase` event's phase becomes a
+    `Phase` (a str, so it compares and serialises as the word); an unknown type, or one that does not validate
+    (another runtime version, a user's print), is kept as it is and marked with `"invalid": "<why>"` for a known
+    type; nothing is dropped."""
     idx = line.find(PREFIX)
-    if idx < 0:
-        return None
-    try:
-        obj = json.loads(line[idx + len(PREFIX):])
-    except ValueError:
-        return None
-    if not isinstance(obj, dict) or "type" not in obj:
-        return None
+    while idx >= 0:
+        start = idx + len(PREFIX)
+        try:
+            obj, end = _decoder.raw_decode(line, start)
+        except ValueError:  # a cut-off copy: look for the next prefix inside it
+            idx = line.find(PREFIX, start)
+            continue
+        idx = line.find(PREFIX, end)
+        if isinstance(obj, dict) and "type" in obj:
+            yield _checked(obj)
+
+
+def _checked(obj: dict[str, Any]) -> dict[str, Any]:
     model = event_models.BY_TYPE.get(str(obj["type"]))
     if model is not None:
         try:
@@ -112,14 +130,12 @@ def parse_events(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
     """Events found in log lines, in log order, duplicates (same src and seq) dropped."""
     seen: set[tuple[str, int]] = set()
     for line in lines:
-        ev = parse_line(line)
-        if ev is None:
-            continue
-        key = (str(ev.get("src")), int(ev.get("seq", 0)))
-        if key in seen:
-            continue
-        seen.add(key)
-        yield ev
+        for ev in events_on_line(line):
+            key = (str(ev.get("src")), int(ev.get("seq", 0)))
+            if key in seen:
+                continue
+            seen.add(key)
+            yield ev
 
 
 def typed(event: dict[str, Any]) -> event_models.Event:

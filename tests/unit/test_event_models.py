@@ -60,3 +60,21 @@ def test_the_service_side_parser_checks_each_line_against_its_model():
     other = events.parse_line(events.to_line({"src": "me", "seq": 3, "type": "my_own", "n": 1}))
     assert other == {"src": "me", "seq": 3, "type": "my_own", "n": 1}
     assert events.parse_line("no event here") is None
+
+
+def test_two_events_joined_on_one_line_are_both_found():
+    """CI (stop 34): Ray's print of a forwarded worker line writes its newline separately, and the driver's
+    re-print of the same event landed between the two writes: the worker's fatal error was on no line of its own
+    and the job's error said only "phase failed"."""
+    err = events.to_line({"src": "rank0", "seq": 56, "t": 1.0, "type": "error", "kind": "disk_full",
+                          "message": "cannot write checkpoint epoch-2: [Errno 28] No space left on device",
+                          "traceback": "Traceback ...\n  {\"not\": \"an event\"}\n" * 300})
+    failed = events.to_line({"src": "driver", "seq": 4, "t": 2.0, "type": "phase", "phase": "failed"})
+    log = ["(RayTrainWorker pid=7) " + err + err, "", failed]
+    found = list(events.parse_events(log))
+    assert [(e["src"], e["seq"], e["type"]) for e in found] == [("rank0", 56, "error"), ("driver", 4, "phase")]
+    assert found[0]["kind"] == "disk_full" and "invalid" not in found[0]
+    # A copy cut off mid-object, then a whole one: the whole one is found; text after an object is ignored.
+    cut = "(RayTrainWorker pid=7) " + err[: len(err) // 2] + failed + " trailing words"
+    assert [(e["src"], e["seq"]) for e in events.events_on_line(cut)] == [("driver", 4)]
+    assert list(events.events_on_line(events.PREFIX + "{not json")) == []
