@@ -51,6 +51,12 @@ it was read in, and tests/unit/test_compat.py fails loudly when a patched name c
   placement groups go with it. A sweep's trials keep the cleaner: there the driver runs on to the next trial and a
   dead trial's placement group would hold its CPUs until the sweep ends. Read in Ray 2.60
   (`ray/train/v2/_internal/callbacks/placement_group_callback.py`).
+- **A job's control state lives in the GCS's key-value store** (`kv_get`, `kv_put`, `kv_keys`, `kv_delete`;
+  control_state.py). The stop request, phase, attempts, cancel acknowledgement and fatal error that the driver
+  and rank 0 exchange were an actor per job: one more Python process (~1.3 CPU-seconds to start, and a Ray
+  worker's memory) for a few small values. Ray's internal KV (`ray.experimental.internal_kv`, what Ray Tune,
+  Serve and the dashboard keep their own state in) holds them in the GCS instead, under our namespace; a put
+  that must not overwrite is atomic there, which is what "the first fatal error wins" needs. Read in Ray 2.60.
 - **ZeRO-3's full weights** (`zero3_full_state`): DeepSpeed's engine gathers them for a save with
   `_zero3_consolidated_16bit_state_dict()` (what transformers' own ZeRO-3 save calls). Read in DeepSpeed 0.18.
 """
@@ -78,7 +84,42 @@ PATCHED = (
     ("accelerate.accelerator", "Accelerator.prepare_model"),
     ("accelerate.parallelism_config", "ParallelismConfig._validate_accelerator"),
     ("deepspeed.runtime.engine", "DeepSpeedEngine._zero3_consolidated_16bit_state_dict"),
+    ("ray.experimental.internal_kv", "_internal_kv_get"),
+    ("ray.experimental.internal_kv", "_internal_kv_put"),
+    ("ray.experimental.internal_kv", "_internal_kv_list"),
+    ("ray.experimental.internal_kv", "_internal_kv_del"),
 )
+
+KV_NAMESPACE = "cleverthis"
+
+
+def kv_get(key: str) -> bytes | None:
+    """The value at `key` in Ray's internal KV (our namespace), None when there is none; needs a connected
+    process (`ray.init`, or a Ray worker)."""
+    from ray.experimental.internal_kv import _internal_kv_get
+
+    return _internal_kv_get(key, namespace=KV_NAMESPACE)
+
+
+def kv_put(key: str, value: bytes, overwrite: bool = True) -> bool:
+    """Store `value` at `key`; with overwrite=False an existing value stays (atomically, in the GCS). True when
+    the key was new."""
+    from ray.experimental.internal_kv import _internal_kv_put
+
+    return not _internal_kv_put(key, value, overwrite, namespace=KV_NAMESPACE)
+
+
+def kv_keys(prefix: str) -> list[str]:
+    from ray.experimental.internal_kv import _internal_kv_list
+
+    return [k.decode() for k in _internal_kv_list(prefix, namespace=KV_NAMESPACE)]
+
+
+def kv_delete(prefix: str) -> int:
+    """Delete every key under `prefix`; returns how many."""
+    from ray.experimental.internal_kv import _internal_kv_del
+
+    return int(_internal_kv_del(prefix, del_by_prefix=True, namespace=KV_NAMESPACE))
 
 
 def _listening_socket(host: str, port: int) -> socket.socket:

@@ -1,8 +1,9 @@
-"""Cancel, recovery and fatal errors: the driver and the training workers talk through one small Ray actor.
+"""Cancel, recovery and fatal errors: the driver and the training workers talk through the job's control state
+(control_state.JobState: a few keys in the GCS, no process of its own).
 
 Cancel: Ray's `stop_job` sends SIGTERM to the driver (`python -m cleverthis_runtime`) and SIGKILLs it after
 `RAY_JOB_STOP_WAIT_TIME_S`. The workers are Ray actors outside the driver's process group, so the driver's
-SIGTERM handler asks the `JobControl` actor to stop; rank 0 polls it (a background thread, every 0.5 s), the
+SIGTERM handler sets the job's stop flag; rank 0 polls it (a background thread, every 0.5 s), the
 training callback sees the flag at the next step end, every rank agrees on it (one broadcast per step when
 there is more than one worker), the checkpoint of the exact position is written, rank 0 acknowledges with
 the checkpoint's event, and the driver prints that event and exits. The job ends `cancelled` (Ray `STOPPED`).
@@ -29,49 +30,8 @@ POLL_S = 0.5
 FATAL_WAIT_S = 30.0  # a worker whose error is fatal waits this long for the driver to end the job, then raises
 
 
-class JobControl:
-    """The actor (created by the driver with `ray.remote(num_cpus=0)`); plain state, cheap calls."""
-
-    def __init__(self, job: str) -> None:
-        self.job = job
-        self.stop: dict[str, Any] | None = None
-        self.phase = "starting"
-        self.joins: dict[int, int] = {}
-        self.ack: dict[str, Any] | None = None
-        self.fatal: dict[str, Any] | None = None
-
-    def join(self, rank: int) -> int:
-        """A worker of `rank` starts; returns its attempt number (1, then 2 after a recovery...)."""
-        self.joins[rank] = self.joins.get(rank, 0) + 1
-        if rank == 0:
-            self.phase = "starting"
-        return self.joins[rank]
-
-    def request_stop(self, reason: str = "cancel") -> dict[str, Any]:
-        if self.stop is None:
-            self.stop = {"reason": reason, "t": time.time()}
-        return self.snapshot()
-
-    def stop_requested(self) -> bool:
-        return self.stop is not None
-
-    def set_phase(self, phase: str) -> None:
-        self.phase = phase
-
-    def acknowledge(self, info: dict[str, Any]) -> None:
-        self.ack = info
-
-    def set_fatal(self, info: dict[str, Any]) -> None:
-        if self.fatal is None:
-            self.fatal = info
-
-    def snapshot(self) -> dict[str, Any]:
-        return {"job": self.job, "stop": self.stop, "phase": self.phase, "attempts": dict(self.joins),
-                "ack": self.ack, "fatal": self.fatal}
-
-
 class WorkerControl:
-    """A worker's side of the actor (or a stand-in when there is no actor: `handle=None`)."""
+    """A worker's side of the job's control state (or a stand-in without one: `handle=None`)."""
 
     def __init__(self, handle: Any, rank: int) -> None:
         self.handle, self.rank = handle, rank
@@ -79,12 +39,10 @@ class WorkerControl:
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _call(self, method: str, *args: Any, timeout: float = 30.0) -> Any:
+    def _call(self, method: str, *args: Any) -> Any:
         if self.handle is None:
             return None
-        import ray
-
-        return ray.get(getattr(self.handle, method).remote(*args), timeout=timeout)
+        return getattr(self.handle, method)(*args)
 
     def join(self) -> int:
         try:
@@ -100,7 +58,7 @@ class WorkerControl:
         def poll() -> None:
             while not self._closed.wait(POLL_S):
                 try:
-                    if self._call("stop_requested", timeout=10):
+                    if self._call("stop_requested"):
                         self._stop.set()
                         return
                 except Exception:  # driver gone or busy: keep training, Ray ends us if the job ends
@@ -218,7 +176,7 @@ def report_error(e: BaseException, rank: int, control: WorkerControl, fatal_type
 
 def drive(trainer_cls: Any, train_loop: Any, spec: Any, job: str, loop_config: dict[str, Any],
           tc: Any, trainer_kwargs: dict[str, Any] | None = None, *, sweep: Any = None, **fields: Any) -> None:
-    """The driver's part for either framework: the job's control actor, the SIGTERM watch, the Ray Train
+    """The driver's part for either framework: the job's control state, the SIGTERM watch, the Ray Train
     trainer (`TorchTrainer` / `TensorflowTrainer`) with the spec's workers, then `fit`. A sweep's trial
     (`sweep`: sweep.TrialHooks) watches its sweep's stop flag instead of a signal and reports to Ray Tune."""
     import uuid
@@ -228,7 +186,9 @@ def drive(trainer_cls: Any, train_loop: Any, spec: Any, job: str, loop_config: d
 
     if not ray.is_initialized():
         ray.init()
-    control = ray.remote(num_cpus=0, max_restarts=0)(JobControl).remote(job)
+    from .control_state import JobState
+
+    control = JobState(job)
     loop_config["control"] = control
     grace = float(os.environ.get("RAY_JOB_STOP_WAIT_TIME_S", "3"))
     watch = DriverWatch(control, grace, parent=sweep.control if sweep else None,
@@ -261,6 +221,7 @@ def drive(trainer_cls: Any, train_loop: Any, spec: Any, job: str, loop_config: d
         if watch.sigterm.is_set():  # a cancel is in progress: its thread prints the outcome and exits
             time.sleep(grace + 10)
         watch.done.set()
+        watch.forget()
 
 
 FATAL_KINDS = {"disk_full", "permission_denied", "dataset", "spec", "checkpoint", "out_of_memory", "gated_model",
@@ -286,7 +247,15 @@ class DriverWatch:
     def _exit(self, code: int) -> None:
         if self.on_exit is not None:
             self.on_exit()
+        self.forget()
         os._exit(code)
+
+    def forget(self) -> None:
+        """The job's control state is no longer needed (its keys go from the GCS)."""
+        try:
+            self.handle.clear()
+        except Exception:
+            pass
 
     def _parent_stopped(self) -> bool:
         import ray
@@ -300,10 +269,14 @@ class DriverWatch:
         self.sigterm.set()
 
     def snapshot(self) -> dict[str, Any] | None:
-        import ray
-
         try:
-            return ray.get(self.handle.snapshot.remote(), timeout=10)
+            return self.handle.snapshot()
+        except Exception:
+            return None
+
+    def _fatal(self) -> dict[str, Any] | None:
+        try:
+            return self.handle.fatal()
         except Exception:
             return None
 
@@ -314,9 +287,9 @@ class DriverWatch:
             if self._parent_stopped():
                 self.sigterm.set()
                 break
-            snap = self.snapshot()
-            if snap and snap.get("fatal"):
-                self._exit_fatal(snap["fatal"])
+            fatal = self._fatal()
+            if fatal:
+                self._exit_fatal(fatal)
                 return
         if self.done.is_set():
             return
@@ -331,12 +304,10 @@ class DriverWatch:
         self._exit(1)
 
     def _cancel(self) -> None:
-        import ray
-
         t0 = time.time()
         events.emit("phase", phase="cancelling", grace_s=self.grace_s)
         try:
-            ray.get(self.handle.request_stop.remote("cancel"), timeout=10)
+            self.handle.request_stop("cancel")
         except Exception:
             pass
         # Leave ~2 s of the grace for the exit itself; Ray SIGKILLs us when it runs out.

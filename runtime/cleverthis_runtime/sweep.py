@@ -23,20 +23,28 @@ import uuid
 from typing import Any
 
 from . import events
-from .control import JobControl
 from .spec import JobSpec
 from .sweep_spec import trial_name, trial_spec_data, trial_values
 
 __all__ = ["SweepControl", "TrialHooks", "run_sweep", "run_trial"]
 
 
-class SweepControl(JobControl):
-    """The sweep's actor: the stop flag its trials watch, and which trials have started and are running."""
+class SweepControl:
+    """The sweep's actor: the stop flag its trials watch, and which trials have started and are running (an actor,
+    not keys as a job's control state: a trial's start must check the flag and register in one step)."""
 
     def __init__(self, job: str) -> None:
-        super().__init__(job)
+        self.job = job
+        self.stop: dict[str, Any] | None = None
         self.started: list[str] = []
         self.running: set[str] = set()
+
+    def request_stop(self, reason: str = "cancel") -> None:
+        if self.stop is None:
+            self.stop = {"reason": reason, "t": time.time()}
+
+    def stop_requested(self) -> bool:
+        return self.stop is not None
 
     def trial_started(self, name: str) -> bool:
         """A trial starts; False when the sweep is being cancelled (the trial must not start)."""

@@ -117,13 +117,16 @@ def test_lora_finetune_two_epochs(ray_cluster, tiny_model, dataset, job_name, cl
     actors = r.json()["data"]["result"]["result"]
     assert "PreemptionWatcher" not in {a["class_name"] for a in actors}, actors
     # This job's own actors (other tests' jobs and sweeps share the cluster): no Ray Datasets, no DatasetManager;
-    # a job's own run starts no PlacementGroupCleaner either (compat.lean_trainer; a sweep's trials keep theirs)
+    # a job's own run starts no PlacementGroupCleaner either (compat.lean_trainer; a sweep's trials keep theirs),
+    # and its control state is keys in the GCS (control_state.py), not an actor: Ray Train's three kinds only.
     # Ray's own client sees the job we submitted, under the same name.
     ray_job = JobSubmissionClient(ray_cluster.address, headers=ray_cluster.headers()).get_job_info(job_name)
     assert ray_job.metadata["owner"] == "tester"
     mine = {a["class_name"] for a in actors if a.get("job_id") == ray_job.job_id}
     assert "TrainController" in mine and "RayTrainWorker" in mine, (ray_job.job_id, mine)
     assert not mine & {"DatasetManager", "PlacementGroupCleaner"}, (ray_job.job_id, mine)
+    # (Ray Train's TrainStateActor is the cluster's one, owned by whichever job started Ray Train first.)
+    assert mine <= {"TrainController", "RayTrainWorker", "SynchronizationActor", "TrainStateActor"}, mine
 
     root = dataset / "checkpoints"
     assert final.checkpoint_dir == str(root)

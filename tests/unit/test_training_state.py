@@ -1,6 +1,6 @@
 """Exact resume, cancel checkpoints and checkpoint-write faults of the real training loop, run in this process.
 
-`cleverthis_runtime.train.run` is the same code a Ray worker runs (world size 1, no control actor), so these
+`cleverthis_runtime.train.run` is the same code a Ray worker runs (world size 1, no control state), so these
 checks take seconds; tests/integration/test_resume.py and test_faults.py do the same through real Ray jobs.
 """
 
@@ -25,7 +25,7 @@ STEPS_PER_EPOCH = 20  # 158 examples, batch size 8
 
 
 class StopAfter(WorkerControl):
-    """Asks for a stop at the n-th step end, as the driver's SIGTERM does through the control actor."""
+    """Asks for a stop at the n-th step end, as the driver's SIGTERM does through the job's control state."""
 
     def __init__(self, n: int) -> None:
         super().__init__(None, 0)
