@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cleverthis_runtime.tiny import ARCHITECTURES, build_tiny_model
+from cleverthis_runtime.tiny import ARCHITECTURES
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "examples" / "data"
@@ -21,9 +21,9 @@ EXPECTED = {"llama": ["q_proj", "v_proj"], "mistral": ["q_proj", "v_proj"], "mix
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    root = tmp_path_factory.mktemp("families")
-    return {a: build_tiny_model(str(root / a), [str(DATA)], arch=a) for a in ARCHITECTURES}
+def models(tiny_arch):
+    # the run's tiny models (tests/conftest.py: built once per run, shared with the integration tests)
+    return {a: tiny_arch(a) for a in ARCHITECTURES}
 
 
 @pytest.fixture

@@ -83,16 +83,14 @@ def test_grouped_order_is_seeded_per_epoch_pads_less_and_keeps_batches_aligned()
     assert sorted(spreads)[len(spreads) // 2] < 30
 
 
-def test_a_resume_mid_epoch_sees_the_batches_the_straight_run_saw(tmp_path):
+def test_a_resume_mid_epoch_sees_the_batches_the_straight_run_saw(tmp_path, tiny_model):
     """The real Trainer and accelerate: its resume skips the batches already seen and calls set_epoch through
     accelerate's wrappers, so the order after a checkpoint at step 5 (of 8 per epoch) is the straight run's."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, DataCollatorForSeq2Seq, TrainingArguments
 
     from cleverthis_runtime import compat, methods
-    from cleverthis_runtime.tiny import build_tiny_model
-
-    model_dir = build_tiny_model(str(tmp_path / "m"), [str(ROOT / "examples/data")])
+    model_dir = tiny_model
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model_dir)

@@ -111,13 +111,12 @@ def test_truncation_is_counted():
     assert len(ex["input_ids"]) == 10 and ex["truncated"] == 1
 
 
-def test_batched_tokenization_equals_the_per_message_path(tmp_path):
+def test_batched_tokenization_equals_the_per_message_path(tiny_model):
     from transformers import AutoTokenizer
 
     from cleverthis_runtime.data import tokenize_all
-    from cleverthis_runtime.tiny import build_tiny_model
 
-    tok = AutoTokenizer.from_pretrained(build_tiny_model(str(tmp_path / "m"), [str(ROOT / "examples/data")]))
+    tok = AutoTokenizer.from_pretrained(tiny_model)
     total_truncated = 0
     for path in (ROOT / "examples/data", ROOT / "examples/data-chatml"):
         ds = load_dataset(str(path))

@@ -96,10 +96,8 @@ def test_stop_grace_rule(model, method, expected):
     assert checkpoints.stop_grace_seconds(model, method) == expected
 
 
-def test_stop_grace_of_a_local_model_reads_its_config(tmp_path):
-    from cleverthis_runtime.tiny import build_tiny_model
-
-    tiny = build_tiny_model(str(tmp_path / "tiny"), [str(Path(__file__).resolve().parents[2] / "examples/data")])
+def test_stop_grace_of_a_local_model_reads_its_config(tiny_model):
+    tiny = tiny_model
     assert checkpoints.estimate_parameters(tiny) < 1e6
     assert checkpoints.stop_grace_seconds(tiny, "lora") == checkpoints.GRACE_FLOOR_S
     assert checkpoints.stop_grace_seconds(tiny, "lora", override=90) == 90

@@ -12,11 +12,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from cleverthis_runtime.tiny import build_tiny_model
-
-    root = tmp_path_factory.mktemp("m")
-    return lambda arch: build_tiny_model(str(root / arch), [str(ROOT / "examples/data")], arch=arch)
+def tiny(tiny_arch):
+    # the run's tiny models (tests/conftest.py: built once per run, shared with the integration tests)
+    return tiny_arch
 
 
 def test_best_fit_packing_fills_rows_and_restarts_positions():

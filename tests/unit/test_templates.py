@@ -18,10 +18,9 @@ MARKERS = {"chatml": "<|im_start|>assistant", "llama-3": "<|start_header_id|>ass
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from cleverthis_runtime.tiny import build_tiny_model
-
-    return build_tiny_model(str(tmp_path_factory.mktemp("t") / "tiny"), [str(DATA)])
+def tiny(tiny_model):
+    # the run's tiny models (tests/conftest.py: built once per run, shared with the integration tests)
+    return tiny_model
 
 
 @pytest.mark.parametrize("name", sorted(TEMPLATES))

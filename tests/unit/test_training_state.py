@@ -63,10 +63,9 @@ ADAPTER = "adapter_model/adapter_model.safetensors"
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> str:
-    from cleverthis_runtime.tiny import build_tiny_model
-
-    return build_tiny_model(str(tmp_path_factory.mktemp("models") / "tiny"), [str(DATA)])
+def tiny(tiny_model) -> str:
+    # the run's tiny models (tests/conftest.py: built once per run, shared with the integration tests)
+    return tiny_model
 
 
 @pytest.fixture(scope="module")
