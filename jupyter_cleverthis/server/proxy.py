@@ -18,6 +18,7 @@ from jupyter_server.base.websocket import WebSocketMixin
 from tornado import httpclient, web, websocket
 
 from ..errors import BadRequest, CleverThisError, ClusterNotFound
+from ..service.log_fanout import shared_follow
 from ..service.log_stream import follow_job_log, job_record
 from .handlers import RESOURCE, BaseHandler, api
 
@@ -87,7 +88,9 @@ class LogTailHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler)
 
     async def _relay(self) -> None:
         try:
-            async for text in follow_job_log(self._cfg, self._name, self._info):
+            # every tail of this job in this server reads one upstream follow (service/log_fanout.py)
+            cfg, name, info = self._cfg, self._name, self._info
+            async for text in shared_follow((cfg.address, name), lambda: follow_job_log(cfg, name, info)):
                 await self.write_message(text)
         except (websocket.WebSocketClosedError, asyncio.CancelledError):
             pass

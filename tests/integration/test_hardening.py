@@ -193,7 +193,17 @@ def test_jupyter_restart_during_a_run_loses_no_event(ray_cluster, emitter, tmp_p
 
 
 # -- 50 websocket tails at once ---------------------------------------------------------------------------------
-async def test_50_websocket_tails_for_60s_drop_no_event(jp_ws_fetch, ray_cluster, emitter, job_name):
+async def test_50_websocket_tails_for_60s_drop_no_event(jp_ws_fetch, ray_cluster, emitter, job_name, monkeypatch):
+    from jupyter_cleverthis.server import proxy
+
+    upstream: list[str] = []  # the follows the server opens on Ray: one for all 50 tails (service/log_fanout.py)
+
+    def counted(cfg, name, info=None):
+        upstream.append(name)
+        return follow(cfg, name, info)
+
+    follow = proxy.follow_job_log
+    monkeypatch.setattr(proxy, "follow_job_log", counted)
     svc = JobService()
     n, rate, clients = 1200, 20, 50  # 60 s of events
     submit(svc, "local", job_name, emitter, n=n, rate=rate)
@@ -217,6 +227,7 @@ async def test_50_websocket_tails_for_60s_drop_no_event(jp_ws_fetch, ray_cluster
     complete = [seqs(list(parse_events(text.splitlines()))) == list(range(1, n + 3)) for text, _ in results]
     assert all(complete), f"{complete.count(False)} of {clients} tails missed events"
     assert took >= n / rate * 0.9  # they really tailed a live job for the whole minute
+    assert upstream == [job_name], upstream
     print(f"\n{clients} websocket tails x {took:.0f}s: {clients * (n + 2)} events delivered, 0 dropped")
 
 
