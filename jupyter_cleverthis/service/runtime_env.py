@@ -48,6 +48,9 @@ def job_runtime_env(spec: JobSpec) -> dict[str, Any]:
         "CLEVERTHIS_JOB": spec.name,
         "PYTHONUNBUFFERED": "1",
         "TOKENIZERS_PARALLELISM": "false",
+        # Ray Train's print patch sends a worker's print() to its logger *and*, since Ray wraps the worker's
+        # stdout, to stdout too: every Trainer log line ({'loss': ...}) would reach the job log twice
+        "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
     }
     # How long Ray waits after the SIGTERM of a cancel before SIGKILL: enough to write a checkpoint
     # (rule in README, "Cancel and resume"; training_config.cancel_grace_s overrides it).
