@@ -6,7 +6,8 @@ Fifty tails of one job were fifty streams and fifty polls. Now the first tail of
 (log_stream.follow_job_log) and later ones join it: each reader gets the log from its first byte, replayed from
 what the follow has read so far, then live. The buffer is the job's log as read so far; past MAX_REPLAY_BYTES the
 follow stops taking new readers (a later tail starts a follow of its own) and drops what every reader has sent.
-The follow ends with the job (its readers then end too), or when its last reader leaves.
+The follow ends with the job (its readers then end too), or when its last reader leaves; an ended follow takes
+no new reader.
 """
 
 from __future__ import annotations
@@ -28,13 +29,16 @@ class SharedFollow:
         self.done = False
         self._error: BaseException | None = None
         self._positions: dict[int, int] = {}  # reader id -> the next index it reads
+        self._pending = 0  # readers handed out (`read`) that have not started reading yet
         self._cond = asyncio.Condition()
         self._on_idle = on_idle
         self._task = asyncio.ensure_future(self._pump(source))
 
     @property
     def open_to_new_readers(self) -> bool:
-        return self._base == 0 and self._size <= MAX_REPLAY_BYTES
+        """Only a live follow with the whole log so far: an ended one may be a job of the same name that was
+        deleted (a new tail then reads Ray's log afresh)."""
+        return not self.done and self._base == 0 and self._size <= MAX_REPLAY_BYTES
 
     async def _pump(self, source: AsyncIterator[str]) -> None:
         try:
@@ -50,10 +54,16 @@ class SharedFollow:
             async with self._cond:
                 self._cond.notify_all()
 
-    async def read(self) -> AsyncIterator[str]:
-        """The log from its first byte, then live, until the follow ends (its error is raised here)."""
+    def read(self) -> AsyncIterator[str]:
+        """The log from its first byte, then live, until the follow ends (its error is raised here). Counted at
+        once: the last reader leaving before this one starts must not stop the follow under it."""
+        self._pending += 1
+        return self._read()
+
+    async def _read(self) -> AsyncIterator[str]:
         me = object()
         key = id(me)
+        self._pending -= 1
         self._positions[key] = self._base
         try:
             while True:
@@ -72,7 +82,7 @@ class SharedFollow:
                 self._trim()
         finally:
             del self._positions[key]
-            if not self._positions:
+            if not self._positions and not self._pending:
                 if not self.done:
                     self._task.cancel()
                 self._on_idle(self)

@@ -122,3 +122,55 @@ def _empty_registry():
     log_fanout._follows.clear()
     yield
     log_fanout._follows.clear()
+
+
+def test_a_tail_handed_out_as_the_last_one_leaves_keeps_the_follow():
+    """The proxy gets its reader, then starts reading: the last other tail leaving in between must not stop the
+    follow under it (it would end at once with part of the log)."""
+
+    async def main():
+        src = Source()
+        first, second = [], []
+        a = asyncio.ensure_future(_collect(log_fanout.shared_follow(("c", "job"), src.start), first))
+        src.queue.put_nowait("one\n")
+        await asyncio.sleep(0.05)
+        handed = log_fanout.shared_follow(("c", "job"), src.start)  # not reading yet
+        a.cancel()
+        await asyncio.sleep(0.05)
+        assert src.closed == 0 and src.starts == 1
+        b = asyncio.ensure_future(_collect(handed, second))
+        src.queue.put_nowait("two\n")
+        src.queue.put_nowait(None)
+        await asyncio.wait_for(b, 5)
+        assert second == ["one\n", "two\n"] and first == ["one\n"]
+        assert not log_fanout._follows
+
+    asyncio.run(main())
+
+
+def test_an_ended_follow_takes_no_new_tail():
+    """A tail opened after the follow ended (a finished job, or a new job of a deleted one's name) reads Ray's log
+    afresh, not the ended follow's."""
+
+    async def main():
+        src = Source()
+        first, late = [], []
+        gate = asyncio.Event()
+
+        async def slow(it, out):  # a reader still sending the end of the log when the next tail opens
+            async for text in it:
+                out.append(text)
+                await gate.wait()
+
+        a = asyncio.ensure_future(slow(log_fanout.shared_follow(("c", "job"), src.start), first))
+        src.queue.put_nowait("old\n")
+        src.queue.put_nowait(None)
+        await asyncio.sleep(0.05)
+        b = asyncio.ensure_future(_collect(log_fanout.shared_follow(("c", "job"), src.start), late))
+        src.queue.put_nowait("new\n")
+        src.queue.put_nowait(None)
+        gate.set()
+        await asyncio.wait_for(asyncio.gather(a, b), 5)
+        assert src.starts == 2 and first == ["old\n"] and late == ["new\n"]
+
+    asyncio.run(main())
