@@ -188,7 +188,7 @@ def drive(trainer_cls: Any, train_loop: Any, spec: Any, job: str, loop_config: d
         ray.init()
     from .control_state import JobState
 
-    control = JobState(job)
+    control = JobState.for_driver(job)
     loop_config["control"] = control
     grace = float(os.environ.get("RAY_JOB_STOP_WAIT_TIME_S", "3"))
     watch = DriverWatch(control, grace, parent=sweep.control if sweep else None,

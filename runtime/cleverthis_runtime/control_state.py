@@ -4,7 +4,8 @@ GCS, compat.kv_*), not an actor: a job starts one Python process fewer.
 What they exchange: the stop request (the driver's SIGTERM, or a sweep's stop), each rank's attempt number
 (1, then 2 after a recovery), rank 0's phase, the cancel checkpoint's acknowledgement and the first fatal
 error. The keys are `job/<name>/<run>/...`: `run` is new for each driver, so a job submitted again under the
-name of a deleted one never reads the old one's stop flag; the driver deletes them when it ends.
+name of a deleted one never reads the old one's stop flag; the driver deletes them when it ends, and a new
+driver of the name deletes what a killed one left (`for_driver`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,13 @@ class JobState:
     def __init__(self, job: str, run: str | None = None) -> None:
         self.job = job
         self.prefix = f"job/{job}/{run or uuid.uuid4().hex[:12]}/"
+
+    @classmethod
+    def for_driver(cls, job: str) -> JobState:
+        """A new driver's state. A driver that could not clear its keys (SIGKILL, a lost head node) left them
+        behind: the next driver of that name (the job submitted again after a delete) removes them first."""
+        compat.kv_delete(f"job/{job}/")
+        return cls(job)
 
     def _get(self, name: str) -> Any:
         raw = compat.kv_get(self.prefix + name)

@@ -19,7 +19,11 @@ import json, ray
 from cleverthis_runtime import compat
 from cleverthis_runtime.control_state import JobState
 ray.init()
-state = JobState("JOB")
+compat.kv_put("job/JOB/killed-run/stop", b"{}")  # left by a driver of this name that was killed
+compat.kv_put("job/JOB-resume-1/run/stop", b"{}")  # the key of another job whose name starts the same
+state = JobState.for_driver("JOB")
+left = {"killed": compat.kv_keys("job/JOB/"), "other": compat.kv_keys("job/JOB-resume-1/")}
+compat.kv_delete("job/JOB-resume-1/")
 fresh = state.snapshot()
 
 @ray.remote(num_cpus=0.01)
@@ -37,7 +41,7 @@ state.request_stop("later")  # the first request stays
 out = ray.get(worker.remote(state))
 snap = state.snapshot()
 again = JobState("JOB")  # the same name submitted again (after a delete): a run of its own
-out.update(fresh=fresh, snap=snap, again_stop=again.stop_requested(), keys=len(compat.kv_keys(state.prefix)))
+out.update(left=left, fresh=fresh, snap=snap, again_stop=again.stop_requested(), keys=len(compat.kv_keys(state.prefix)))
 state.clear()
 out["keys_after_clear"] = len(compat.kv_keys(state.prefix))
 print("RESULT" + " " + json.dumps(out), flush=True)
@@ -57,6 +61,7 @@ def test_stop_attempts_fatal_and_ack_travel_between_driver_and_worker(ray_cluste
     out = json.loads(next(ln for ln in logs.splitlines() if ln.startswith("RESULT "))[len("RESULT "):])
     assert out["fresh"] == {"job": sid, "stop": None, "phase": "starting", "attempts": {}, "ack": None,
                             "fatal": None}
+    assert out["left"] == {"killed": [], "other": [f"job/{sid}-resume-1/run/stop"]}  # only its own name's
     assert out["seen_stop"] is True  # the driver's flag, read by the worker
     assert out["attempts"] == [1, 2, 1]  # per rank: a restarted rank 0 knows it is attempt 2
     snap = out["snap"]
