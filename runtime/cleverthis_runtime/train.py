@@ -226,6 +226,9 @@ def _parameters(model: Any) -> int:
     return sum(math.prod(p.shape) for p in model.parameters())
 
 
+_CHECKPOINTING = "activation_checkpointing"
+
+
 def _training_args(inp: WorkerInputs, plan: Any, total_epochs: int, torch: Any) -> Any:
     from transformers import TrainingArguments
 
@@ -245,7 +248,10 @@ def _training_args(inp: WorkerInputs, plan: Any, total_epochs: int, torch: Any) 
         weight_decay=tc.weight_decay,
         max_grad_norm=tc.max_grad_norm,
         gradient_accumulation_steps=tc.gradient_accumulation_steps,
-        gradient_checkpointing=plan.gradient_checkpointing,
+        # activation_checkpointing since transformers 5.2x; the older name is its deprecated alias, which warned
+        # in every job's log (transformers>=5,<6 allows releases with the older name only)
+        **{_CHECKPOINTING if _CHECKPOINTING in TrainingArguments.__dataclass_fields__ else "gradient_checkpointing":
+           plan.gradient_checkpointing},
         bf16=plan.precision == "bf16",
         fp16=plan.precision == "fp16",
         logging_steps=tc.logging_steps,

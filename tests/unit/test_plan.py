@@ -37,3 +37,25 @@ def test_configured_choices_win_and_say_so():
     assert (plan.method, plan.precision, plan.gradient_checkpointing, plan.strategy) == (
         "full", "fp16", True, "deepspeed-zero3")
     assert all("training_config" in plan.reasons[k] for k in ("method", "precision", "gradient_checkpointing"))
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_the_plans_checkpointing_reaches_the_trainer_under_its_current_name(tmp_path, on):
+    """The plan's gradient checkpointing is the Trainer's `activation_checkpointing` (transformers 5's name; the
+    old one, a deprecated alias, put a FutureWarning in every job's log)."""
+    import types
+    import warnings
+
+    import torch
+
+    from cleverthis_runtime import train
+    from cleverthis_runtime.inputs import WorkerInputs
+    from cleverthis_runtime.spec import JobSpec
+
+    spec = JobSpec(name="gc", base_model="m", dataset_path=str(tmp_path), batch_size=2)
+    inp = WorkerInputs(spec=spec, tc=TrainingConfig(report_to=["none"]), job="gc", ckpt_root=str(tmp_path), rank=0,
+                       world=1, emit=lambda *a, **k: None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        args = train._training_args(inp, types.SimpleNamespace(gradient_checkpointing=on, precision="fp32"), 1, torch)
+    assert args.activation_checkpointing is on and args.gradient_checkpointing is on
