@@ -218,6 +218,7 @@ class StrategyEvent(Event):
     fsdp2_sharded: bool | None = None
     deepspeed: bool | None = None
     zero_stage: int | None = None
+    activation_checkpointing: bool | None = None  # the model recomputes its activations in the backward pass
     tensor_parallel: dict[str, Any] | None = None  # the mesh transformers built, what it split
     pipeline: dict[str, Any] | None = None  # rank 0's pipeline stage: its layers, whether it holds the head
     # the speed the plan expects (monitoring.expected_speed): measured matmul FLOP/s per worker, model FLOPs/token

@@ -179,7 +179,10 @@ def describe(trainer: Any) -> dict[str, Any]:
     tp = int(getattr(model, "_tp_size", None) or 1)
     fsdp = sharded and (tp == 1 or int(getattr(model, "_fsdp_size", None) or 1) > 1)
     out: dict[str, Any] = {"wrapper": type(trainer.model_wrapped).__name__, "model_class": type(model).__name__,
-                           "fsdp2_sharded": fsdp, "deepspeed": bool(getattr(trainer, "is_deepspeed_enabled", False))}
+                           "fsdp2_sharded": fsdp, "deepspeed": bool(getattr(trainer, "is_deepspeed_enabled", False)),
+                           # what transformers' is_activation_checkpointing reads, under PEFT's and DDP's wrappers too
+                           "activation_checkpointing": any(getattr(m, "gradient_checkpointing", False) is True
+                                                           for m in model.modules())}
     if getattr(model, "pp", 1) > 1:  # this rank's pipeline stage (pipeline.py)
         lo, hi = model.layers
         out["pipeline"] = {"stage": model.rank, "stages": model.pp, "layers": [lo, hi - 1],

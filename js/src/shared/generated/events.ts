@@ -284,6 +284,7 @@ export interface StrategyEvent {
   fsdp2_sharded?: boolean | null;
   deepspeed?: boolean | null;
   zero_stage?: number | null;
+  activation_checkpointing?: boolean | null;
   tensor_parallel?: {
     [k: string]: unknown;
   } | null;
