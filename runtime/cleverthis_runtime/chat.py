@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import checkpoints, events
+from . import checkpoints, compat, events
 
 SERVE = ("merged", "adapter")
 
@@ -115,6 +115,7 @@ def answer(index: int, source: dict[str, str], request: dict[str, Any]) -> dict[
 def main() -> int:
     events.set_source("chat")
     events.keep_in_ray_logs()
+    compat.quiet_peft_checkpointing_warning()
     try:
         request = json.loads(os.environ.get("CLEVERTHIS_CHAT") or "{}")
         if request.get("serve", "merged") not in SERVE:

@@ -59,6 +59,11 @@ it was read in, and tests/unit/test_compat.py fails loudly when a patched name c
   that must not overwrite is atomic there, which is what "the first fatal error wins" needs. Read in Ray 2.60.
 - **ZeRO-3's full weights** (`zero3_full_state`): DeepSpeed's engine gathers them for a save with
   `_zero3_consolidated_16bit_state_dict()` (what transformers' own ZeRO-3 save calls). Read in DeepSpeed 0.18.
+- **peft reads a name transformers 5 deprecated** (`quiet_peft_checkpointing_warning`). Every PeftModel peft
+  builds reads `model.is_gradient_checkpointing`, which transformers 5 renamed `is_activation_checkpointing`:
+  each LoRA job's log (and chat's) carried a FutureWarning its user could do nothing about. Workers and the chat
+  helper ignore that one message (a filter on its text, nothing else); the test fails when peft stops reading
+  the old name or transformers changes the text. Read in peft 0.21 (`peft_model.py`), transformers 5.25.
 """
 
 from __future__ import annotations
@@ -91,6 +96,17 @@ PATCHED = (
 )
 
 KV_NAMESPACE = "cleverthis"
+
+#: How transformers' deprecation warning for `is_gradient_checkpointing` begins.
+PEFT_CHECKPOINTING_WARNING = "`is_gradient_checkpointing` is deprecated"
+
+
+def quiet_peft_checkpointing_warning() -> None:
+    """Ignore, in this process, transformers' FutureWarning for the `is_gradient_checkpointing` peft reads."""
+    import re
+    import warnings
+
+    warnings.filterwarnings("ignore", message=re.escape(PEFT_CHECKPOINTING_WARNING), category=FutureWarning)
 
 
 def kv_get(key: str) -> bytes | None:

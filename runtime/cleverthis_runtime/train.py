@@ -60,6 +60,7 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
     import torch
     from transformers import set_seed
 
+    compat.quiet_peft_checkpointing_warning()
     control = control or WorkerControl(None, rank)
     spec = JobSpec.model_validate(config["spec"])
     tc = TrainingConfig.model_validate(config["training_config"])
