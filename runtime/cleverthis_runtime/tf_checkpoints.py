@@ -78,7 +78,10 @@ class Writer:
         name = checkpoints.partial_name(completed + 1, step) if partial else f"epoch-{completed}"
 
         def save(tmp: Path) -> None:
-            self.model.save(str(tmp / MODEL_FILE))
+            # The native TF-Keras format (a zip), as the name says. tf-keras picks it for a `.keras` name only in
+            # the thread that imported it (a thread-local flag); Ray Train runs the loop in another thread, where
+            # `.keras` silently meant legacy HDF5. "keras_v3" asks for the native format in any thread.
+            self.model.save(str(tmp / MODEL_FILE), save_format="keras_v3")
             for f in COPIED_FILES:
                 if (Path(self.model_dir) / f).is_file():
                     shutil.copy2(Path(self.model_dir) / f, tmp / f)

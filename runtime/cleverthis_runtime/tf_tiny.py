@@ -66,7 +66,7 @@ def build_tf_tiny_model(out_dir: str, data_paths: list[str], *, vocab_size: int 
     tmp.mkdir(parents=True)
     vocab = train_tokenizer(tmp, data_paths, vocab_size)
     model = build_model(vocab, hidden, layers, seed)
-    model.save(str(tmp / MODEL_FILE))
+    model.save(str(tmp / MODEL_FILE), save_format="keras_v3")  # the native format in any thread (tf_checkpoints)
     (tmp / MARKER_FILE).write_text(json.dumps({
         "framework": "tensorflow", "architecture": "embedding-gru-lm", "vocab_size": vocab, "hidden": hidden,
         "layers": layers, "parameters": int(model.count_params()),

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -98,7 +99,10 @@ def test_two_workers_train_checkpoint_and_resume(ray_cluster, tf_model, dataset,
         for f in ("model.keras", "tokenizer.json", "checkpoint.json", "training_state/optimizer.npz",
                   "training_state/state.json"):
             assert (root / name / f).is_file(), (name, f)
+        # the native TF-Keras format its name promises (a zip), not legacy HDF5 under a .keras name
+        assert zipfile.is_zipfile(root / name / "model.keras"), (root / name / "model.keras").read_bytes()[:8]
     assert not [p for p in os.listdir(root) if p.startswith(".tmp")]
+    assert "HDF5" not in svc.logs("local", job_name)["text"]
     state = json.loads((root / "epoch-1" / "training_state" / "state.json").read_text())
     assert state["global_step"] == 10 and state["epoch"] == 1 and state["optimizer_step"] == 10
     straight = tmp_path / "straight-epoch-2.keras"
