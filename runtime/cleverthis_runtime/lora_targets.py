@@ -71,6 +71,18 @@ def choose(model: Any, requested: list[str] | str | None) -> tuple[list[str] | s
     return ALL_LINEAR, f"every linear layer ({model_type} has no attention block peft knows)"
 
 
+def lora_config(model: Any, targets: list[str] | str, *, r: int, alpha: float, dropout: float) -> Any:
+    """peft's LoraConfig for `targets` of `model`, with `fan_in_fan_out` set when the targeted layers keep their
+    weight as (in, out), as GPT-2's Conv1D does (peft corrects a wrong value per layer, with a warning each)."""
+    from peft import LoraConfig
+    from transformers.pytorch_utils import Conv1D
+
+    conv1d = any(isinstance(mod, Conv1D) and (targets == ALL_LINEAR or any(_matches(name, t) for t in targets))
+                 for name, mod in model.named_modules())
+    return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, task_type="CAUSAL_LM",
+                      fan_in_fan_out=conv1d)
+
+
 def meta_model(base_model: str, trust_remote_code: bool = False) -> Any:
     """The model built on the meta device from its config: module names and shapes, no weights read."""
     import torch

@@ -211,12 +211,11 @@ def _planned_model(inp: WorkerInputs, model: Any, template: tuple[str, str], tor
         plan_event["reasons"] = {**plan_event["reasons"], "lora_target_modules": f"{shown}: {why}"}
     inp.emit("plan", **plan_event, parameters=params)
     if new_lora:
-        from peft import LoraConfig, get_peft_model
+        from peft import get_peft_model
 
-        model = get_peft_model(model, LoraConfig(
-            r=tc.lora_r, lora_alpha=tc.effective_lora_alpha, lora_dropout=tc.lora_dropout,
-            target_modules=plan_event["lora_target_modules"], task_type="CAUSAL_LM",
-        ))
+        model = get_peft_model(model, lora_targets.lora_config(
+            model, plan_event["lora_target_modules"], r=tc.lora_r, alpha=tc.effective_lora_alpha,
+            dropout=tc.lora_dropout))
     return model, plan
 
 

@@ -102,6 +102,7 @@ def test_lora_on_every_family(ray_cluster, tiny_arch, dataset, tmp_path, job_nam
             assert ds_event["format"] != "arrow"
         steps = [e["loss"] for e in evs if e["type"] == "step"]
         assert len(steps) >= 3 and steps[-1] < steps[0], (arch, steps)
+        assert "fan_in_fan_out" not in svc.logs("local", name)["text"], arch  # GPT-2's Conv1D configured, not fixed
         ckpt = Path(final.checkpoint_dir) / "epoch-final"
         tok = AutoTokenizer.from_pretrained(str(ckpt))  # the template the job trained with travels with it
         assert tok.chat_template == (CUSTOM if arch == "qwen2" else TEMPLATES[TEMPLATE[arch]])

@@ -35,18 +35,25 @@ def data(tmp_path):
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_default_targets_fit_each_family(models, arch):
+    import warnings
+
     import torch
-    from peft import LoraConfig, get_peft_model
+    from peft import get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from cleverthis_runtime.lora_targets import choose, meta_model
+    from cleverthis_runtime.lora_targets import choose, lora_config, meta_model
 
     targets, why = choose(meta_model(models[arch]), None)  # pre-flight's view: config only, no weights
     assert targets == EXPECTED[arch], (targets, why)
     assert ("peft's default" in why) == (arch != "phi3")
     model = AutoModelForCausalLM.from_pretrained(models[arch], dtype=torch.float32)
     assert choose(model, None) == (targets, why)  # the runtime's view of the real model: the same choice
-    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=targets, task_type="CAUSAL_LM"))
+    config = lora_config(model, targets, r=4, alpha=8, dropout=0.0)  # the job's own LoraConfig
+    assert config.fan_in_fan_out is (arch == "gpt2")  # GPT-2's Conv1D keeps its weight as (in, out)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        peft_model = get_peft_model(model, config)
+    assert not [str(w.message) for w in seen if "fan_in_fan_out" in str(w.message)]  # nothing for peft to correct
     trainable = [n for n, p in peft_model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
     assert all(any(f".{t}." in n for t in targets) for n in trainable)
