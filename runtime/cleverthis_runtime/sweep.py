@@ -162,13 +162,17 @@ def run_trial(config: dict[str, Any], control: Any = None) -> None:
 
 
 def _ended_by_tune(e: BaseException) -> bool:
-    """Whether the trial's training died because Ray Tune ended the trial: Tune removes the trial's placement group,
-    in which Ray Train's controller runs, and the controller dies with it."""
+    """Whether the trial's training died because Ray Tune ended the trial (ASHA, or its last result reached
+    `max_t`) while Ray Train's controller was still winding down. Two shapes, whichever Tune's teardown reaches
+    first: the trial's placement group, in which the controller runs, is removed; or the trial's own actor, which
+    owns the controller, exits on purpose (a crash of that process would not get here)."""
     seen: set[int] = set()
     cur: BaseException | None = e
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
-        if "placement group was removed" in str(cur):
+        text = str(cur)
+        if "placement group was removed" in text or (
+                "because its owner has died" in text and "exit type: INTENDED_SYSTEM_EXIT" in text):
             return True
         cur = cur.__cause__ or cur.__context__
     return False

@@ -119,3 +119,28 @@ def test_a_trials_status_follows_its_events_and_its_sweep(parent, phases, expect
 def test_trial_names():
     assert split_trial_name("my-sweep-t12") == ("my-sweep", 12)
     assert split_trial_name("my-sweep") is None and split_trial_name("x-t0") is None
+
+
+# Ray's words when Tune ends a trial while Ray Train's controller is still winding down (both seen in CI), and when
+# the trial's process really crashed.
+_OWNER = ("The actor died unexpectedly before finishing this task.\n\tclass_name: TrainController\n\tpid: 22740\n"
+          "The actor is dead because its owner has died. Owner Id: ea70f40f Owner Ip address: 127.0.0.1 "
+          "Owner worker exit type: {} Worker exit detail: Owner's worker process has crashed.")
+
+
+@pytest.mark.parametrize(("message", "by_tune"), [
+    ("The placement group was removed before the actor could be scheduled.", True),
+    (_OWNER.format("INTENDED_SYSTEM_EXIT"), True),
+    (_OWNER.format("SYSTEM_ERROR"), False),
+    ("CUDA out of memory", False),
+])
+def test_a_trial_ended_by_tune_is_told_from_a_failed_one(message, by_tune):
+    from cleverthis_runtime.sweep import _ended_by_tune
+
+    try:
+        try:
+            raise RuntimeError(message)
+        except RuntimeError as inner:
+            raise ValueError("trainer.fit failed") from inner
+    except ValueError as outer:  # the words may sit in the cause, as Ray Train wraps them
+        assert _ended_by_tune(outer) is by_tune
