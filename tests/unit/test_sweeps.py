@@ -121,15 +121,18 @@ def test_trial_names():
     assert split_trial_name("my-sweep") is None and split_trial_name("x-t0") is None
 
 
-# Ray's words when Tune ends a trial while Ray Train's controller is still winding down (both seen in CI), and when
-# the trial's process really crashed.
-_OWNER = ("The actor died unexpectedly before finishing this task.\n\tclass_name: TrainController\n\tpid: 22740\n"
-          "The actor is dead because its owner has died. Owner Id: ea70f40f Owner Ip address: 127.0.0.1 "
+# The controller's death as Ray words it when Tune ends a trial while Ray Train's controller is still winding down
+# (the detail lines are Ray 2.60's raylet and gcs_server strings; the owner's was copied from CI's log), and when the
+# trial's process really crashed.
+_DIED = "The actor died unexpectedly before finishing this task.\n\tclass_name: TrainController\n\tpid: 22740\n"
+_OWNER = (_DIED + "The actor is dead because its owner has died. Owner Id: ea70f40f Owner Ip address: 127.0.0.1 "
           "Owner worker exit type: {} Worker exit detail: Owner's worker process has crashed.")
 
 
 @pytest.mark.parametrize(("message", "by_tune"), [
-    ("The placement group was removed before the actor could be scheduled.", True),
+    (_DIED + "Worker exit type: INTENDED_SYSTEM_EXIT Worker exit detail: Destroying worker since its placement group "
+     "was removed. Placement group id: 1c9a", True),
+    ("Could not create the actor because its associated placement group was removed.", True),
     (_OWNER.format("INTENDED_SYSTEM_EXIT"), True),
     (_OWNER.format("SYSTEM_ERROR"), False),
     ("CUDA out of memory", False),
