@@ -178,7 +178,7 @@ def _plain_trainer_tokens_per_s(model_path: str, data: Path, threads: int, batch
     set_seed(42)
     tok = AutoTokenizer.from_pretrained(model_path)
     ds = load_dataset(str(data))
-    rows, _ = tokenize_all(tok, ds.records, ds.format, 256)
+    rows, _ = tokenize_all(tok, ds.records(), None, 256)
     collator: Any = DataCollatorForSeq2Seq(tok, padding=True, label_pad_token_id=-100)
     trainer_class: Any = Trainer
     if mode == "ours-grouped":  # the runtime's length-grouped order (methods.grouped_sampler, seeded per epoch)
@@ -327,7 +327,7 @@ def p4(ctx: Context) -> dict[str, Any]:
 
     tok = AutoTokenizer.from_pretrained(ctx.model())
     ensure_chat_template(tok)
-    recs = load_dataset(str(ctx.data(n=2000))).records
+    recs = load_dataset(str(ctx.data(n=2000))).records()
     texts = [tok.apply_chat_template(instruction_to_messages(r), tokenize=False) for r in recs]
     ntok = sum(len(x) for x in tok(texts, add_special_tokens=False)["input_ids"])
     ours, base = [], []
@@ -448,7 +448,7 @@ def p2(ctx: Context) -> dict[str, Any]:
     o, d, g, p = (med(results[k]) for k in ("ours", "padded", "grouped", "packed"))
     tok = AutoTokenizer.from_pretrained(model)
     ds = load_dataset(str(data))
-    lengths = [len(r["input_ids"]) for r in tokenize_all(tok, ds.records, ds.format, 256)[0]]
+    lengths = [len(r["input_ids"]) for r in tokenize_all(tok, ds.records(), None, 256)[0]]
     shuffled = torch.randperm(len(lengths), generator=torch.Generator().manual_seed(0)).tolist()
     waste_padded = _padding_share(lengths, shuffled, 8)
     waste_ours = _padding_share(lengths, grouped_order(lengths, 8, 42, 0, 1, torch), 8)

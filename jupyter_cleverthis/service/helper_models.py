@@ -24,6 +24,7 @@ class FieldError(BaseModel):
 
 class DatasetFacts(BaseModel):
     format: str
+    formats: dict[str, int] = {}  # records of each format, when the data mixes conversational formats
     examples: int
     validation_examples: int = 0
     files: list[str] = []

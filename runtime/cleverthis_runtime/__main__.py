@@ -29,7 +29,7 @@ def prepare(spec: JobSpec, job: str) -> dict[str, Any]:
         tc = merge_training_config(file_cfg, spec.training_config)
     except ValidationError as e:
         raise DatasetError(f"{cfg_path or 'training_config'}: {format_errors(e)}") from e
-    ds = load_dataset(spec.dataset_path)
+    ds = load_dataset(spec.dataset_path, tc.columns)
     ckpt_dir = spec.output_dir or default_checkpoint_dir(spec.dataset_path)
     base_meta = checkpoints.read_meta(spec.base_model) if os.path.isdir(spec.base_model) else None
     checkpoints.claim(ckpt_dir, job, resuming_from=spec.base_model if base_meta else None)
@@ -41,7 +41,8 @@ def prepare(spec: JobSpec, job: str) -> dict[str, Any]:
         training_config_file=cfg_path,
         checkpoint_dir=ckpt_dir,
         dataset_format=ds.format,
-        examples=len(ds.records),
+        dataset_formats=ds.formats,
+        examples=len(ds),
         resumed_from=spec.base_model if base_meta else None,
         resumed_step=base_meta.get("global_step") if base_meta else None,
         resumed_partial=bool(base_meta.get("partial")) if base_meta else None,

@@ -78,6 +78,7 @@ class ConfigEvent(Event):
     training_config_file: str | None = None
     checkpoint_dir: str
     dataset_format: str | None = None
+    dataset_formats: dict[str, int] = Field(default_factory=dict)  # records of each format
     examples: int | None = None
     resumed_from: str | None = None
     resumed_step: int | None = None
@@ -127,10 +128,12 @@ class WorkerErrorEvent(Event):
 class DatasetEvent(Event):
     type: Literal["dataset"]
     format: str
+    formats: dict[str, int] = Field(default_factory=dict)  # records of each format (several conversational ones)
     examples: int
     validation_examples: int = 0
-    truncated: int = 0
+    truncated: int | None = 0  # None: counted as the rows are read (tokenized lazily)
     max_seq_length: int | None = None
+    tokenized: str | None = None  # lazily (per batch), up front (for packing), or blocks (raw text)
 
 
 class PackingEvent(Event):
@@ -155,6 +158,7 @@ class PlanEvent(Event):
     lora_target_modules: str | list[str] | None = None
     parallelism: dict[str, Any] | None = None  # tensor parallelism: mesh, groups, split modules (parallel.layout)
     batching: str | None = None  # packed, grouped or padded (plan.Plan.batching)
+    start: str | None = None  # scratch, pretrained (the base model's weights) or checkpoint
 
 
 class WarningEvent(Event):

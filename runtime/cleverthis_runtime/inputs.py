@@ -17,8 +17,8 @@ from .data import Dataset, DatasetError, load_dataset
 from .spec import JobSpec, TrainingConfig
 
 Emit = Callable[..., "dict[str, Any] | None"]
-#: train rows, validation rows, truncated = tokenize(dataset)
-Tokenize = Callable[[Dataset], "tuple[list[Any], list[Any], int]"]
+#: (train rows, validation rows, truncated or None, how) = tokenize(train table, validation table or None)
+Tokenize = Callable[[Any, Any], "tuple[Any, Any, int | None, str]"]
 
 
 @dataclass
@@ -35,8 +35,8 @@ class WorkerInputs:
     original_base: str = ""
     planned_epochs: int = 0  # the job's last epoch number (a recovery keeps it)
     completed: int = 0  # epochs completed at `source`
-    train_rows: list[Any] = field(default_factory=list)
-    val_rows: list[Any] = field(default_factory=list)
+    train_rows: Any = field(default_factory=list)  # a sequence of rows: lists, or a datasets.Dataset
+    val_rows: Any = field(default_factory=list)
     dataset: Dataset | None = None
 
     @classmethod
@@ -85,22 +85,24 @@ class WorkerInputs:
         return share(choice) if share is not None else choice
 
     def load_dataset(self) -> Dataset:
-        self.dataset = load_dataset(self.spec.dataset_path)
+        self.dataset = load_dataset(self.spec.dataset_path, self.tc.columns)
         return self.dataset
 
     def make_rows(self, tokenize: Tokenize) -> None:
-        """Tokenize the dataset with the framework's tokenizer, split off validation rows when the data has none
-        (`validation_split`), and say so in a `dataset` event."""
+        """Split off validation records when the data has none (`validation_split`, the first records), tokenize
+        with the framework's tokenizer, and say so in a `dataset` event."""
         ds = self.dataset or self.load_dataset()
-        train_rows, val_rows, truncated = tokenize(ds)
-        if not val_rows and self.tc.validation_split > 0:
-            n_val = max(1, int(len(train_rows) * self.tc.validation_split))
-            val_rows, train_rows = train_rows[:n_val], train_rows[n_val:]
-        if not train_rows:
-            raise DatasetError(f"{self.spec.dataset_path}: no example has an assistant token to learn from")
-        self.train_rows, self.val_rows = train_rows, val_rows
-        self.emit("dataset", format=ds.format, examples=len(train_rows), validation_examples=len(val_rows),
-                  truncated=truncated, max_seq_length=self.tc.max_seq_length)
+        train, val = ds.train, ds.validation
+        if val is None and self.tc.validation_split > 0:
+            n_val = max(1, int(len(train) * self.tc.validation_split))
+            val, train = train.select(range(n_val)), train.select(range(n_val, len(train)))
+        train_rows, val_rows, truncated, how = tokenize(train, val)
+        if not len(train_rows):
+            raise DatasetError(f"{self.spec.dataset_path}: no example has a token to learn from")
+        self.train_rows, self.val_rows = train_rows, val_rows if val_rows is not None else []
+        self.emit("dataset", format=ds.format, formats=ds.formats, examples=len(train_rows),
+                  validation_examples=len(self.val_rows), truncated=truncated, max_seq_length=self.tc.max_seq_length,
+                  tokenized=how)
 
     def resume_mode(self, total_batch: int, *, batch_terms: str, missing: list[str]) -> str | None:
         """"exact" (optimizer, schedule and data position carry over), "weights" (a warm start, said in a

@@ -71,8 +71,30 @@ def remote_exists(url: str) -> bool:
 
 
 def exists(path: str) -> bool:
-    """The dataset path exists (on this node, or at its URL)."""
-    return remote_exists(path) if is_remote(path) else os.path.exists(path)
+    """The dataset path exists (on this node, at its URL, or as a Hub dataset in this node's HF cache)."""
+    if is_remote(path):
+        return remote_exists(path)
+    return os.path.exists(path) or hub_dataset(path) is not None
+
+
+HUB_DATASET = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
+
+
+def hub_dataset(name: str) -> str | None:
+    """The snapshot folder of a Hub dataset id ("org/name", optionally "@revision") in this node's HF cache,
+    found offline; None when `name` is a local path, not an id, or not cached."""
+    if os.path.exists(name) or name.startswith(("/", ".", "~")) or not HUB_DATASET.match(name):
+        return None
+    from huggingface_hub import snapshot_download
+
+    from .download import cache_dir
+
+    repo, _, revision = name.partition("@")
+    try:
+        return str(snapshot_download(repo, repo_type="dataset", revision=revision or None, local_files_only=True,
+                                     cache_dir=cache_dir()))
+    except Exception:  # noqa: BLE001 - not cached here (LocalEntryNotFoundError and kin)
+        return None
 
 
 def data_root(dataset_path: str) -> str:
@@ -85,6 +107,8 @@ def data_root(dataset_path: str) -> str:
             return dataset_path.rstrip("/")
         return remote_parent(dataset_path)
     p = Path(dataset_path)
+    if not p.exists() and (hub := hub_dataset(dataset_path)) is not None:
+        return hub  # a training_config.json in the dataset's repository applies
     if p.is_dir() and not is_arrow_dir(p):
         return str(p)
     return str(p.parent)
@@ -104,6 +128,8 @@ def remote_checkpoint_dir(dataset_url: str) -> str:
 def default_checkpoint_dir(dataset_path: str) -> str:
     if is_remote(dataset_path):
         return remote_checkpoint_dir(dataset_path)
+    if not os.path.exists(dataset_path) and HUB_DATASET.match(dataset_path):
+        return remote_checkpoint_dir("hub://" + dataset_path.replace("@", "/"))  # never inside the HF cache
     return os.path.join(data_root(dataset_path), "checkpoints")
 
 

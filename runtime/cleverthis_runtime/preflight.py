@@ -46,14 +46,15 @@ def preflight(spec: JobSpec, *, quick: bool = False) -> dict[str, Any]:
             except ValidationError as e:
                 for x in error_list(e):
                     err(f"training_config.{x['field']}".rstrip("."), f"{cfg_path or 'training_config'}: {x['message']}")
-            ds = load_dataset(spec.dataset_path)
-            out["dataset"] = {"format": ds.format, "examples": len(ds.records),
-                              "validation_examples": len(ds.validation), "files": ds.files}
+            ds = load_dataset(spec.dataset_path, tc.columns if tc is not None else None, _progress)
+            out["dataset"] = {"format": ds.format, "formats": ds.formats, "examples": len(ds),
+                              "validation_examples": len(ds.validation) if ds.validation is not None else 0,
+                              "files": ds.files}
         except DatasetError as e:
             err("dataset_path", str(e), e.location())  # a bad line: its path, number and text too
     if tc is not None:
         out["training_config"] = tc.model_dump(mode="json")
-        if ds is not None and not ds.validation and tc.validation_split == 0:
+        if ds is not None and ds.validation is None and tc.validation_split == 0:
             for field in ("eval_steps", "early_stopping_patience"):
                 if getattr(tc, field) is not None:
                     err(f"training_config.{field}", f"{field} needs validation data: set validation_split "
@@ -83,6 +84,12 @@ def preflight(spec: JobSpec, *, quick: bool = False) -> dict[str, Any]:
     if tc is not None and (quick or ds is not None):
         backend.preflight_facts(spec, tc, ds, out, err, quick=quick)
     return out
+
+
+def _progress(rows: int, done: int, total: int) -> None:
+    """The first read of a large dataset checks every record: say how far it is (the pre-flight's log)."""
+    share = f" ({100 * done // total}% of {total / 2**20:.0f} MiB)" if total else ""
+    print(f"checked {rows:,} records{share}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

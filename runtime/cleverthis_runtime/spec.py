@@ -146,6 +146,11 @@ class TrainingConfig(StrictModel):
     pipeline_schedule: Literal["gpipe", "1f1b"] = Field(
         "gpipe", description="Pipeline parallelism: torch's GPipe schedule, or 1F1B (one forward, one backward)",
     )
+    columns: dict[str, str] | None = Field(
+        None,
+        description='The keys of your records, when they differ from a known format\'s: the format\'s key -> '
+                    'yours, e.g. {"instruction": "question", "output": "answer"} or {"text": "content"}',
+    )
     report_to: list[Literal["tensorboard", "mlflow", "wandb", "none"]] = Field(
         default_factory=lambda: ["tensorboard"],
         description="Where the Trainer reports (rank 0): tensorboard (runs/ in the checkpoint folder), mlflow "
@@ -228,7 +233,15 @@ class JobSpec(StrictModel):
         description="Path on the compute nodes where training data lives (file, folder, s3:// or gs://)",
     )
     job_type: Literal["train", "finetune"] = Field(
-        "finetune", title="Job Type", description="train (from scratch) or finetune"
+        "finetune", title="Job Type",
+        description="train (pre-train a causal LM on every token, from scratch or continued) or finetune",
+    )
+    start: Literal["scratch", "pretrained"] | None = Field(
+        None, title="Start from",
+        description="Training: scratch (fresh weights of the base model's architecture) or pretrained (continue "
+                    "pre-training from the base model's or a checkpoint's weights); unset = scratch. Fine-tuning "
+                    "always starts from the pretrained weights",
+        json_schema_extra={"x-job-types": ["train"]},
     )
     framework: Literal["torch", "tensorflow"] = Field(
         "torch", title="Framework", description="Training framework: torch (PyTorch) or tensorflow"
@@ -271,6 +284,17 @@ class JobSpec(StrictModel):
                              "atomic rename that object stores lack (a remote dataset's default is a local folder, "
                              "see README, Data)")
         return v
+
+    @model_validator(mode="after")
+    def _start(self) -> JobSpec:
+        if self.job_type == "finetune" and self.start == "scratch":
+            raise ValueError("start 'scratch' is for job type train: a fine-tune starts from the base model's weights")
+        return self
+
+    @property
+    def from_scratch(self) -> bool:
+        """Fresh weights: a train job that does not ask to continue from pretrained ones."""
+        return self.job_type == "train" and self.start != "pretrained"
 
     @model_validator(mode="after")
     def _framework_limits(self) -> JobSpec:

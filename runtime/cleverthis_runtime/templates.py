@@ -10,13 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .data import DEFAULT_CHAT_TEMPLATE
+from .formats import CHATML_TEMPLATE, DEFAULT_CHAT_TEMPLATE
 
 TEMPLATES: dict[str, str] = {
-    "chatml": (
-        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-    ),
+    "chatml": CHATML_TEMPLATE,
     "llama-3": (
         "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
         "{{ m['content'] | trim }}<|eot_id|>{% endfor %}"

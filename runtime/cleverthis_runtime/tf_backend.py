@@ -14,7 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .data import ARROW, INSTRUCTION, instruction_to_messages
+from .data import ARROW, PROMPT_COMPLETION, TEXT
+from .records import conversation
 from .spec import JobSpec, TrainingConfig
 
 MODEL_FILE = "model.keras"
@@ -75,7 +76,7 @@ def preflight_facts(spec: JobSpec, tc: TrainingConfig, ds: Any, out: dict[str, A
 
     try:
         check_base_model(spec.base_model)
-        rows, truncated = ChatTokenizer(spec.base_model).rows(ds.records[:2000], ds.format, tc.max_seq_length)
+        rows, truncated = ChatTokenizer(spec.base_model).rows(ds.head(2000), None, tc.max_seq_length)
     except Exception as e:
         err("base_model", f"cannot load {spec.base_model}: {str(e).splitlines()[0][:300]}")
         return
@@ -177,28 +178,42 @@ class ChatTokenizer:
         ids = [self.tok.token_to_id(_token(cfg, "pad_token", "<pad>")), self.tok.token_to_id(self.eos), 0]
         self.pad_id = next(i for i in ids if i is not None)
 
-    def render(self, messages: list[dict[str, str]]) -> tuple[str, list[tuple[int, int]]]:
-        """The conversation as text and the character spans of the assistant turns (content + end token)."""
+    def render(self, messages: list[dict[str, Any]]) -> tuple[str, list[tuple[int, int]]]:
+        """The conversation as text (data.DEFAULT_CHAT_TEMPLATE's layout, tool calls as <tool_call> blocks) and
+        the character spans of the assistant turns (content + end token)."""
         text, spans = "", []
         for m in messages:
             text += f"<|{m['role']}|>\n"
             start = len(text)
-            text += f"{m['content']}{self.eos}\n"
+            body = f"<tool_response>\n{m['content']}\n</tool_response>" if m["role"] == "tool" else m["content"]
+            for j, c in enumerate(m.get("tool_calls") or []):
+                call = json.dumps({"name": c["function"]["name"], "arguments": c["function"]["arguments"]},
+                                  ensure_ascii=False)
+                body += ("\n" if body or j else "") + f"<tool_call>\n{call}\n</tool_call>"
+            text += f"{body}{self.eos}\n"
             if m["role"] == "assistant":
                 spans.append((start, len(text)))
         return text, spans
 
-    def rows(self, records: list[dict[str, Any]], fmt: str, max_len: int) -> tuple[list[tuple[list[int], list[int]]], int]:
-        """(input_ids, labels) per example, labels -100 outside the assistant turns; and how many were cut."""
+    def rows(self, records: list[dict[str, Any]], fmt: str | None,
+             max_len: int) -> tuple[list[tuple[list[int], list[int]]], int]:
+        """(input_ids, labels) per example, labels -100 outside the assistant turns (raw text and text prompts:
+        outside the text or the completion); and how many were cut. `fmt` None: each record's `_format`."""
         out, truncated = [], 0
-        if fmt == ARROW:
-            for r in records:
+        rendered = []
+        for r in records:
+            f = fmt or r["_format"]
+            if f == ARROW:
                 ids = list(r["input_ids"])
-                out.append((ids[:max_len], list(r.get("labels", ids))[:max_len]))
+                out.append((ids[:max_len], list(r.get("labels") or ids)[:max_len]))
                 truncated += int(len(ids) > max_len)
-        else:
-            rendered = [self.render(instruction_to_messages(r) if fmt == INSTRUCTION else r["messages"])
-                        for r in records]
+            elif f == TEXT or (f == PROMPT_COMPLETION and isinstance(r["prompt"], str)):
+                prompt = r.get("prompt", "")
+                text = (r["text"] if f == TEXT else prompt + r["completion"]) + self.eos
+                rendered.append((text, [(len(prompt) if f != TEXT else 0, len(text))]))
+            else:
+                rendered.append(self.render(conversation(r, f)[0]))
+        if rendered:
             encs = self.tok.encode_batch([t for t, _ in rendered], add_special_tokens=False)
             for (_, spans), enc in zip(rendered, encs, strict=True):
                 ids = list(enc.ids)

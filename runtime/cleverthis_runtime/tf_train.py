@@ -30,6 +30,7 @@ from typing import Any
 
 from . import checkpoints
 from .control import WorkerControl, worker_entry
+from .formats import all_records
 from .inputs import WorkerInputs
 from .spec import TrainingConfig
 from .tf_backend import (
@@ -85,7 +86,7 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
     inp.emit("phase", phase="loading_data")
     inp.load_dataset()
     tokenizer = ChatTokenizer(model_dir)
-    inp.make_rows(lambda ds: _rows(tokenizer, ds, tc.max_seq_length))
+    inp.make_rows(lambda train, val: _rows(tokenizer, train, val, tc.max_seq_length))
     for warning in warnings(tc):
         inp.emit("warning", message=warning)
     pos = _Position(inp, _resume_mode(inp, spec.batch_size * world))
@@ -93,7 +94,7 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
     inp.emit("phase", phase="loading_model", model=model_dir, base_model=inp.original_base)
     with strategy.scope():
         model = tf_keras.models.load_model(str(Path(model_dir) / MODEL_FILE), compile=False)
-        if spec.job_type == "train" and inp.source is None:  # from scratch: the same architecture, fresh weights
+        if spec.from_scratch and inp.source is None:  # the same architecture, fresh weights
             tf_keras.utils.set_random_seed(tc.seed)
             model = tf_keras.models.clone_model(model)
         schedule = _lr_schedule(tf, tf_keras, tc, pos.schedule_steps)
@@ -124,10 +125,11 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
             "global_step": pos.global_step, "last_loss": loop.last_loss}
 
 
-def _rows(tokenizer: ChatTokenizer, ds: Any, max_len: int) -> tuple[list[Any], list[Any], int]:
-    train_rows, truncated = tokenizer.rows(ds.records, ds.format, max_len)
-    val_rows = tokenizer.rows(ds.validation, ds.format, max_len)[0] if ds.validation else []
-    return train_rows, val_rows, truncated
+def _rows(tokenizer: ChatTokenizer, train: Any, val: Any, max_len: int) -> tuple[list[Any], list[Any], int, str]:
+    """Every example tokenized up front: the TensorFlow loop keeps its rows in memory (its models are small)."""
+    train_rows, truncated = tokenizer.rows(all_records(train), None, max_len)
+    val_rows = tokenizer.rows(all_records(val), None, max_len)[0] if val is not None else []
+    return train_rows, val_rows, truncated, "up front"
 
 
 def _resume_mode(inp: WorkerInputs, total_batch: int) -> str | None:

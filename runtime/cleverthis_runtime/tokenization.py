@@ -1,6 +1,7 @@
 """Tokenizing for the torch runtime: chat templates, the loss on assistant tokens only (the template's
 generation markers where it has them, else the assistant turns' spans), one batched call for fast tokenizers,
-a per-node cache of the rows, and packing several examples per row.
+lazily per batch over the node's Arrow copy of the data (`lazy`), raw text cut into blocks (`text_blocks`), and
+packing several examples per row.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import os
 import re
 from typing import Any
 
-from .formats import ARROW, DEFAULT_CHAT_TEMPLATE, INSTRUCTION, Dataset, DatasetError
+from .formats import ARROW, DEFAULT_CHAT_TEMPLATE, PROMPT_COMPLETION, TEXT, DatasetError, decode
+from .records import alpaca_messages, conversation, kind
 
 
 def ensure_chat_template(tokenizer: Any) -> None:
@@ -20,44 +22,73 @@ def ensure_chat_template(tokenizer: Any) -> None:
         tokenizer.chat_template = DEFAULT_CHAT_TEMPLATE
 
 
-def instruction_to_messages(rec: dict[str, Any]) -> list[dict[str, str]]:
-    user = rec["instruction"]
-    if rec.get("input"):
-        user = f"{user}\n\n{rec['input']}"
-    return [{"role": "user", "content": user}, {"role": "assistant", "content": rec["output"]}]
+def instruction_to_messages(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    return alpaca_messages(rec, "")
 
 
-def _ids(tokenizer: Any, messages: list[dict[str, str]], add_generation_prompt: bool) -> list[int]:
-    out = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=add_generation_prompt)
+def _fmt(rec: dict[str, Any], fmt: str | None) -> str:
+    return fmt or rec["_format"]
+
+
+def _is_conversation(rec: dict[str, Any], fmt: str) -> bool:
+    return kind(fmt) == "conversation" and not (fmt == PROMPT_COMPLETION and isinstance(rec["prompt"], str))
+
+
+def _ids(tokenizer: Any, messages: list[dict[str, Any]], add_generation_prompt: bool,
+         tools: list[Any] | None = None) -> list[int]:
+    out = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=add_generation_prompt,
+                                        **_tools(tools))
     if isinstance(out, dict) or hasattr(out, "keys"):
         out = out["input_ids"]
     return list(out)
 
 
-def tokenize_example(tokenizer: Any, rec: dict[str, Any], fmt: str, max_len: int) -> dict[str, list[int]]:
-    """input_ids and labels where only assistant tokens count toward the loss (the rest are -100)."""
+def tokenize_example(tokenizer: Any, rec: dict[str, Any], fmt: str | None, max_len: int) -> dict[str, list[int]]:
+    """input_ids and labels: a conversation's assistant tokens, a completion, or every token of a text (the rest
+    are -100). `fmt`: the records' format, or None when each record names its own (`_format`)."""
+    fmt = _fmt(rec, fmt)
     if fmt == ARROW:
         return _pretokenized(rec, max_len)
-    messages = instruction_to_messages(rec) if fmt == INSTRUCTION else rec["messages"]
+    if fmt == TEXT:
+        ids = _plain(tokenizer, rec["text"], bos=True) + [tokenizer.eos_token_id]
+        return {"input_ids": ids[:max_len], "labels": ids[:max_len], "truncated": int(len(ids) > max_len)}
+    if not _is_conversation(rec, fmt):  # prompt/completion text: no template, the completion trains
+        prompt = _plain(tokenizer, rec["prompt"], bos=True)
+        completion = _plain(tokenizer, rec["completion"], bos=False) + [tokenizer.eos_token_id]
+        ids = prompt + completion
+        labels = [-100] * len(prompt) + completion
+        return {"input_ids": ids[:max_len], "labels": labels[:max_len], "truncated": int(len(ids) > max_len)}
+    messages, tools = conversation(rec, fmt)
     ids: list[int] = []
     labels: list[int] = []
     # Render prefix by prefix so each message's tokens are known exactly; robust to any template.
     prev: list[int] = []
     for i, m in enumerate(messages):
         if m["role"] == "assistant":
-            prompt = _ids(tokenizer, messages[:i], add_generation_prompt=True) if i else []
-            full = _ids(tokenizer, messages[: i + 1], add_generation_prompt=False)
+            prompt = _ids(tokenizer, messages[:i], add_generation_prompt=True, tools=tools) if i else []
+            full = _ids(tokenizer, messages[: i + 1], add_generation_prompt=False, tools=tools)
             ids.extend(prompt[len(prev):])
             labels.extend([-100] * (len(prompt) - len(prev)))
             ids.extend(full[len(prompt):])
             labels.extend(full[len(prompt):])
             prev = full
         else:
-            full = _ids(tokenizer, messages[: i + 1], add_generation_prompt=False)
+            full = _ids(tokenizer, messages[: i + 1], add_generation_prompt=False, tools=tools)
             ids.extend(full[len(prev):])
             labels.extend([-100] * (len(full) - len(prev)))
             prev = full
     return {"input_ids": ids[:max_len], "labels": labels[:max_len], "truncated": int(len(ids) > max_len)}
+
+
+def _tools(tools: list[Any] | None) -> dict[str, Any]:
+    """The `tools` argument of apply_chat_template, given only when the record has tools (a template that knows
+    no tools renders as before)."""
+    return {"tools": tools} if tools else {}
+
+
+def _plain(tokenizer: Any, text: str, *, bos: bool) -> list[int]:
+    """Text without a chat template; `bos`: with the tokenizer's own start tokens (those of a new sequence)."""
+    return list(tokenizer(text, add_special_tokens=bos)["input_ids"])
 
 
 def _pretokenized(rec: dict[str, Any], max_len: int) -> dict[str, Any]:
@@ -76,14 +107,16 @@ def _pretokenized(rec: dict[str, Any], max_len: int) -> dict[str, Any]:
     return {"input_ids": ids[:max_len], "labels": labels[:max_len], "truncated": int(len(ids) > max_len)}
 
 
-def _render(tokenizer: Any, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
+def _render(tokenizer: Any, messages: list[dict[str, Any]], add_generation_prompt: bool,
+            tools: list[Any] | None = None) -> str:
     """The chat template rendered to text: compiled once with jinja2 as transformers compiles it (calling
     apply_chat_template costs 2.5x more per call, which shows on large datasets), else apply_chat_template."""
     compiled = _compiled(getattr(tokenizer, "chat_template", None))
     if compiled is not None:
-        return str(compiled.render(messages=messages, add_generation_prompt=add_generation_prompt,
+        return str(compiled.render(messages=messages, tools=tools, add_generation_prompt=add_generation_prompt,
                                    **tokenizer.special_tokens_map))
-    return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt))
+    return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                             **_tools(tools)))
 
 
 _GENERATION = re.compile(r"{%-?\s*generation\s*-?%}")
@@ -136,16 +169,17 @@ def _turn_markers(tokenizer: Any) -> tuple[str, str] | None:
     return cache[key]
 
 
-def _assistant_spans(tokenizer: Any, messages: list[dict[str, str]]) -> tuple[str, list[tuple[int, int]]] | None:
+def _assistant_spans(tokenizer: Any, messages: list[dict[str, Any]],
+                     tools: list[Any] | None = None) -> tuple[str, list[tuple[int, int]]] | None:
     """The rendered conversation (rendered once) and the character spans of its assistant turns with their end
     tokens. Each reply is found right after a user turn's closing markers, as in the probe; None when any reply is
     not (a reply after a system or assistant turn, a template that trims or rewrites the text): then the exact
     prefix-by-prefix path is used for that example."""
     markers = _turn_markers(tokenizer)
-    if markers is None or not markers[0]:
-        return None
+    if markers is None or not markers[0] or any(m.get("tool_calls") or m["role"] == "tool" for m in messages):
+        return None  # tool calls and results render beyond their content: the exact path marks them
     before, close = markers
-    text = _render(tokenizer, messages, add_generation_prompt=False)
+    text = _render(tokenizer, messages, add_generation_prompt=False, tools=tools)
     spans, cursor = [], 0
     for i, m in enumerate(messages):
         if m["role"] != "assistant":
@@ -165,33 +199,22 @@ def _assistant_spans(tokenizer: Any, messages: list[dict[str, str]]) -> tuple[st
     return text, spans
 
 
-def _with_generation_mask(tokenizer: Any, messages: list[dict[str, str]], max_len: int) -> dict[str, Any]:
+def _with_generation_mask(tokenizer: Any, messages: list[dict[str, Any]], max_len: int,
+                          tools: list[Any] | None = None) -> dict[str, Any]:
     """A template with `{% generation %}` blocks marks the trained tokens itself (transformers' assistant mask)."""
-    out = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    out = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True,
+                                        **_tools(tools))
     ids = list(out["input_ids"])
     labels = [t if m else -100 for t, m in zip(ids, out["assistant_masks"], strict=True)]
     return {"input_ids": ids[:max_len], "labels": labels[:max_len], "truncated": int(len(ids) > max_len)}
 
 
-def tokenize_all(tokenizer: Any, records: list[dict[str, Any]], fmt: str, max_len: int,
+def tokenize_all(tokenizer: Any, recs: list[dict[str, Any]], fmt: str | None, max_len: int,
                  dropped: list[int] | None = None) -> tuple[list[dict], int]:
-    """Tokenize every example (one batched tokenizer call when the tokenizer is fast), loss on assistant tokens.
-    Examples left with no trained token (after truncation) are skipped; their indices go to `dropped`."""
-    if fmt == ARROW:
-        rows = []
-        for k, rec in enumerate(records):
-            try:
-                rows.append(_pretokenized(rec, max_len))
-            except DatasetError as e:
-                raise DatasetError(f"row {k}: {e}") from None
-    elif not getattr(tokenizer, "is_fast", False):
-        ensure_chat_template(tokenizer)
-        rows = [tokenize_example(tokenizer, rec, fmt, max_len) for rec in records]
-    else:
-        ensure_chat_template(tokenizer)
-        rows = _tokenize_batched(tokenizer, records, fmt, max_len)
+    """Tokenize every example (one batched tokenizer call when the tokenizer is fast). Examples left with no
+    trained token (after truncation) are skipped; their indices go to `dropped`."""
     out, truncated = [], 0
-    for k, ex in enumerate(rows):
+    for k, ex in enumerate(tokenize_rows(tokenizer, recs, fmt, max_len)):
         truncated += ex.pop("truncated", 0)
         if any(lbl != -100 for lbl in ex["labels"]):
             out.append(ex)
@@ -200,42 +223,140 @@ def tokenize_all(tokenizer: Any, records: list[dict[str, Any]], fmt: str, max_le
     return out, truncated
 
 
-def tokenized(tokenizer: Any, ds: Dataset, max_len: int, *, rank: int = 0,
-              cache_root: str | None = None) -> tuple[list[dict], list[dict], int]:
-    """(train rows, validation rows, truncated count), tokenized once per node: the first worker of a node to get
-    the lock tokenizes and writes the rows under the node's HF cache (`$HF_HOME/cleverthis-tokenized/<key>.json`,
-    atomically); the other workers, and later jobs with the same data, template, tokenizer and max_seq_length,
-    read them. Each worker says on its log which it did."""
+def tokenize_rows(tokenizer: Any, recs: list[dict[str, Any]], fmt: str | None, max_len: int) -> list[dict]:
+    """One row per record, in order (`truncated` set where it was cut); `fmt` None: each record's `_format`."""
+    if all(_fmt(r, fmt) == ARROW for r in recs):
+        rows = []
+        for k, rec in enumerate(recs):
+            try:
+                rows.append(_pretokenized(rec, max_len))
+            except DatasetError as e:
+                raise DatasetError(f"row {k}: {e}") from None
+        return rows
+    ensure_chat_template(tokenizer)
+    if not getattr(tokenizer, "is_fast", False):
+        return [tokenize_example(tokenizer, rec, fmt, max_len) for rec in recs]
+    return _tokenize_batched(tokenizer, recs, fmt, max_len)
+
+
+def lazy(tokenizer: Any, table: Any, max_len: int) -> Any:
+    """The node's Arrow table of records (sources.py) as training rows, tokenized batch by batch as the
+    DataLoader reads them: nothing is tokenized up front and no row is held in memory."""
+    ensure_chat_template(tokenizer)
+
+    def transform(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        rows = tokenize_rows(tokenizer, decode(batch), None, max_len)
+        return {"input_ids": [r["input_ids"] for r in rows], "labels": [r["labels"] for r in rows]}
+
+    return table.with_transform(transform)
+
+
+def approximate_lengths(table: Any) -> list[int]:
+    """Each row's length in characters of its record (a pre-tokenized row: its tokens), read column-wise from
+    Arrow: the order for length-grouped batches without tokenizing anything first."""
+    import pyarrow.compute as pc
+
+    data = table.data.table if hasattr(table.data, "table") else table.data
+    if "record" in data.column_names:
+        return pc.binary_length(data.column("record")).to_pylist()
+    return pc.list_value_length(data.column("input_ids")).to_pylist()
+
+
+def _tokenizer_key(tokenizer: Any, *parts: str) -> str:
     import hashlib
 
-    from filelock import FileLock
-
     h = hashlib.sha256()
-    for part in (ds.format, str(max_len), str(getattr(tokenizer, "chat_template", "") or ""),
+    for part in (*parts, str(getattr(tokenizer, "chat_template", "") or ""),
                  json.dumps(tokenizer.special_tokens_map, sort_keys=True)):
         h.update(part.encode() + b"\0")
     backend = getattr(tokenizer, "backend_tokenizer", None)
     h.update(backend.to_str().encode() if backend is not None else repr(tokenizer.get_vocab()).encode())
-    h.update(json.dumps([ds.records, ds.validation], sort_keys=True, default=str).encode())
-    key = h.hexdigest()[:32]
+    return h.hexdigest()[:32]
+
+
+def _node_cache(cache_root: str | None) -> str:
     root = cache_root or os.path.join(os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")),
                                       "cleverthis-tokenized")
     os.makedirs(root, exist_ok=True)
-    path = os.path.join(root, f"{key}.json")
+    return root
+
+
+def _cached_map(table: Any, fn: Any, path: str, rank: int, what: str) -> Any:
+    """`table.map(fn)` into `path` once per node: the first worker to get the lock writes it, the others (and later
+    jobs with the same data and tokenizer) open it memory-mapped. Each worker says on its log which it did."""
+    import datasets
+    from filelock import FileLock
+
     with FileLock(path + ".lock"):
         if os.path.exists(path):
-            with open(path, encoding="utf-8") as f:
-                cached = json.load(f)
-            print(f"worker {rank}: read {len(cached['train'])} tokenized examples from this node's cache", flush=True)
-            return cached["train"], cached["validation"], cached["truncated"]
-        train, truncated = tokenize_all(tokenizer, ds.records, ds.format, max_len)
-        val = tokenize_all(tokenizer, ds.validation, ds.format, max_len)[0] if ds.validation else []
+            out = datasets.Dataset.from_file(path)
+            print(f"worker {rank}: read {len(out)} tokenized {what} from this node's cache", flush=True)
+            return out
         tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"train": train, "validation": val, "truncated": truncated}, f)
+        out = table.map(fn, batched=True, batch_size=1000, remove_columns=table.column_names, cache_file_name=tmp,
+                        load_from_cache_file=False, desc=None)
+        del out
         os.replace(tmp, path)
-        print(f"worker {rank}: tokenized {len(train)} examples (cached for this node)", flush=True)
-        return train, val, truncated
+        out = datasets.Dataset.from_file(path)
+        print(f"worker {rank}: tokenized {len(out)} {what} (cached for this node)", flush=True)
+        return out
+
+
+def _table_file(table: Any) -> str:
+    files = getattr(table, "cache_files", None) or [{"filename": str(getattr(table, "_fingerprint", ""))}]
+    return "|".join(f["filename"] for f in files)
+
+
+def _flush(out: dict[str, list[Any]], ids: list[int], labels: list[int], pos: list[int]) -> None:
+    out["input_ids"].append(list(ids))
+    out["labels"].append(list(labels))
+    out["position_ids"].append(list(pos))
+    ids.clear()
+    labels.clear()
+    pos.clear()
+
+
+def tokenized(tokenizer: Any, table: Any, max_len: int, *, rank: int = 0, cache_root: str | None = None) -> Any:
+    """Every row of the table tokenized once per node into Arrow (for packing, which needs every length first);
+    rows with no trained token are left out."""
+    ensure_chat_template(tokenizer)
+
+    def fn(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        rows, _ = tokenize_all(tokenizer, decode(batch), None, max_len)
+        return {"input_ids": [r["input_ids"] for r in rows], "labels": [r["labels"] for r in rows]}
+
+    key = _tokenizer_key(tokenizer, "rows", str(max_len), _table_file(table))
+    return _cached_map(table, fn, os.path.join(_node_cache(cache_root), f"{key}.arrow"), rank, "examples")
+
+
+def text_blocks(tokenizer: Any, table: Any, max_len: int, *, rank: int = 0, cache_root: str | None = None) -> Any:
+    """Raw-text documents for causal-LM training, tokenized once per node into Arrow: each document with the
+    tokenizer's start tokens and EOS, joined and cut into blocks of max_len tokens. Every token trains except a
+    document's first, which nothing in its own document predicts; `position_ids` restart at each document, so a
+    model that keeps packed examples apart (methods.packing_refusal) never attends across documents."""
+    eos = tokenizer.eos_token_id
+
+    def fn(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        docs = [r["text"] for r in decode(batch)]
+        out: dict[str, list[Any]] = {"input_ids": [], "labels": [], "position_ids": []}
+        ids: list[int] = []
+        labels: list[int] = []
+        pos: list[int] = []
+        for doc in tokenizer(docs, add_special_tokens=True)["input_ids"]:
+            doc = [*doc, eos]
+            while doc:  # a part starts a document or a block: either way its positions start at 0
+                part, doc = doc[:max_len - len(ids)], doc[max_len - len(ids):]
+                ids.extend(part)
+                labels.extend([-100, *part[1:]])
+                pos.extend(range(len(part)))
+                if len(ids) == max_len:
+                    _flush(out, ids, labels, pos)
+        if ids:
+            _flush(out, ids, labels, pos)
+        return out
+
+    key = _tokenizer_key(tokenizer, "blocks", str(max_len), _table_file(table))
+    return _cached_map(table, fn, os.path.join(_node_cache(cache_root), f"{key}.arrow"), rank, "blocks")
 
 
 def preview(tokenizer: Any, rows: list[dict[str, list[int]]], limit: int = 5) -> list[list[dict[str, Any]]]:
@@ -254,18 +375,22 @@ def preview(tokenizer: Any, rows: list[dict[str, list[int]]], limit: int = 5) ->
     return out
 
 
-def _tokenize_batched(tokenizer: Any, records: list[dict[str, Any]], fmt: str, max_len: int) -> list[dict]:
+def _tokenize_batched(tokenizer: Any, recs: list[dict[str, Any]], fmt: str | None, max_len: int) -> list[dict]:
     rendered: list[tuple[int, str, list[tuple[int, int]]]] = []
-    rows: list[dict | None] = [None] * len(records)
+    rows: list[dict | None] = [None] * len(recs)
     marked = bool(_GENERATION.search(str(getattr(tokenizer, "chat_template", "") or "")))
-    for k, rec in enumerate(records):
-        messages = instruction_to_messages(rec) if fmt == INSTRUCTION else rec["messages"]
-        if marked:
-            rows[k] = _with_generation_mask(tokenizer, messages, max_len)
+    for k, rec in enumerate(recs):
+        f = _fmt(rec, fmt)
+        if not _is_conversation(rec, f):
+            rows[k] = tokenize_example(tokenizer, rec, f, max_len)
             continue
-        found = _assistant_spans(tokenizer, messages)
+        messages, tools = conversation(rec, f)
+        if marked:
+            rows[k] = _with_generation_mask(tokenizer, messages, max_len, tools)
+            continue
+        found = _assistant_spans(tokenizer, messages, tools)
         if found is None:
-            rows[k] = tokenize_example(tokenizer, rec, fmt, max_len)
+            rows[k] = tokenize_example(tokenizer, rec, f, max_len)
         else:
             rendered.append((k, *found))
     if rendered:

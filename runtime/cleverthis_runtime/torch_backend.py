@@ -135,10 +135,10 @@ def _model_facts(spec: JobSpec, tc: TrainingConfig, ds: Any, out: dict[str, Any]
 
     try:
         tok = AutoTokenizer.from_pretrained(spec.base_model)
-        if ds.format != "arrow" and not _template(tok, tc, out, err):
+        if ds.kind == "conversation" and not _template(tok, tc, out, err):
             return
         dropped: list[int] = []
-        rows, truncated = tokenize_all(tok, ds.records[:2000], ds.format, tc.max_seq_length, dropped)
+        rows, truncated = tokenize_all(tok, ds.head(2000), None, tc.max_seq_length, dropped)
         out["preview"] = preview(tok, rows)
         if dropped:
             shown = ", ".join(str(k + 1) for k in dropped[:10]) + (" ..." if len(dropped) > 10 else "")

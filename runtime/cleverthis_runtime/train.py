@@ -26,7 +26,7 @@ from typing import Any
 from . import checkpoints, compat, lora_targets, methods, parallel, pipeline, strategies, templates
 from .callbacks import EventsAndCheckpoints, Patience, tracking_locations
 from .control import WorkerControl, worker_entry
-from .data import tokenized
+from .data import approximate_lengths, lazy, text_blocks, tokenized
 from .inputs import WorkerInputs
 from .monitoring import RayMetrics, Utilisation
 from .plan import Device, PlanError, make_plan
@@ -73,9 +73,8 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
         control.start_polling()
     inp = WorkerInputs.from_config(config, rank=rank, world=world, attempt=attempt, share=_broadcaster(torch, world))
     inp.emit("phase", phase="loading_data")
-    inp.load_dataset()
+    inp.load_dataset()  # the node's Arrow copy, memory-mapped (sources.py)
     base_path, tokenizer, template = _load_tokenizer(inp)
-    inp.make_rows(lambda ds: tokenized(tokenizer, ds, inp.tc.max_seq_length, rank=rank))
     # batch_size is per data-parallel replica: with tensor parallelism a group of workers holds one replica
     total_batch = spec.batch_size * parallel.sizes(tc, world)[1] * tc.gradient_accumulation_steps
     meta = inp.meta
@@ -84,8 +83,9 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
             else ("lora" if meta.get("adapter") else "full")
         inp.tc = tc = tc.model_copy(update={"method": method})
     model, base_how = _load_model(spec, tc, inp.source, meta, inp.original_base, base_path, torch, world)
-    model, plan = _planned_model(inp, model, template, torch)
-    if plan.batching == "packed":  # several examples per row; position_ids keep them apart (methods.py)
+    model, plan = _planned_model(inp, model, template, torch, base_how)
+    inp.make_rows(lambda train, val: _rows(inp, tokenizer, plan, train, val))
+    if plan.batching == "packed" and inp.dataset.kind != "text":  # several examples per row (methods.py)
         inp.train_rows, inp.val_rows = methods.pack(inp.train_rows, inp.val_rows, tc.max_seq_length)
         inp.emit("packing", rows=len(inp.train_rows), validation_rows=len(inp.val_rows),
                  max_seq_length=tc.max_seq_length)
@@ -161,6 +161,20 @@ def _load_tokenizer(inp: WorkerInputs) -> tuple[str | None, Any, tuple[str, str]
     return base_path, tokenizer, template
 
 
+def _rows(inp: WorkerInputs, tokenizer: Any, plan: Any, train: Any, val: Any) -> tuple[Any, Any, int | None, str]:
+    """The training rows from the node's Arrow tables: raw text cut into blocks, conversations tokenized up front
+    for packing (which needs every length first), else tokenized lazily, batch by batch, as the Trainer reads
+    them (nothing held in memory: the dataset's size does not matter)."""
+    max_len, rank = inp.tc.max_seq_length, inp.rank
+    if inp.dataset is not None and inp.dataset.kind == "text":
+        blocks = [text_blocks(tokenizer, t, max_len, rank=rank) if t is not None else None for t in (train, val)]
+        return blocks[0], blocks[1], None, "blocks"
+    if plan.batching == "packed":
+        rows = [tokenized(tokenizer, t, max_len, rank=rank).to_list() if t is not None else None for t in (train, val)]
+        return rows[0], rows[1], None, "up front"
+    return lazy(tokenizer, train, max_len), lazy(tokenizer, val, max_len) if val is not None else None, None, "lazily"
+
+
 def _resume_mode(inp: WorkerInputs, total_batch: int, plan: Any) -> str | None:
     """"exact", "weights" or None (a new job), with a `warning` event when a checkpoint's position is not kept."""
     state = os.path.join(inp.source or "", checkpoints.STATE_DIR, "trainer_state.json")
@@ -184,7 +198,8 @@ def _resume_mode(inp: WorkerInputs, total_batch: int, plan: Any) -> str | None:
     return resume
 
 
-def _planned_model(inp: WorkerInputs, model: Any, template: tuple[str, str], torch: Any) -> tuple[Any, Any]:
+def _planned_model(inp: WorkerInputs, model: Any, template: tuple[str, str], torch: Any,
+                   base_how: str | None) -> tuple[Any, Any]:
     """The automatic plan (its `plan` event), and the model as it trains: with LoRA added for a new LoRA job."""
     tc = inp.tc
     refusal = methods.packing_refusal(model)
@@ -194,6 +209,12 @@ def _planned_model(inp: WorkerInputs, model: Any, template: tuple[str, str], tor
     attention = methods.attention(model, devices)
     plan = make_plan(params=params, devices=devices, workers=inp.world, config=tc, attention=attention,
                      packing_refusal=refusal)
+    if inp.dataset is not None and inp.dataset.kind == "text":  # raw text is cut into full blocks
+        plan.batching = "packed" if refusal is None else "padded"
+        plan.reasons["batching"] = (
+            f"raw text: documents joined with EOS and cut into blocks of {tc.max_seq_length} tokens; "
+            + ("position_ids restart at each document, so no token attends across documents" if refusal is None
+               else f"documents in a block attend to each other ({refusal.split(';')[0]})"))
     if plan.batching == "packed":  # the block-diagonal mask (or varlen attention) from position_ids needs no cache
         model.config.use_cache = False
         if attention != getattr(model.config, "_attn_implementation", None):
@@ -203,6 +224,7 @@ def _planned_model(inp: WorkerInputs, model: Any, template: tuple[str, str], tor
         plan_event["parallelism"] = parallel.layout(tc, inp.world, model.config)
     plan_event["chat_template"] = template[0]
     plan_event["reasons"] = {**plan_event["reasons"], "chat_template": template[1]}
+    plan_event["start"], plan_event["reasons"]["start"] = _start(inp, base_how)
     new_lora = inp.source is None and plan.method in ("lora", "qlora")
     if new_lora:
         targets, why = lora_targets.choose(model, tc.target_modules)
@@ -217,6 +239,16 @@ def _planned_model(inp: WorkerInputs, model: Any, template: tuple[str, str], tor
             model, plan_event["lora_target_modules"], r=tc.lora_r, alpha=tc.effective_lora_alpha,
             dropout=tc.lora_dropout))
     return model, plan
+
+
+def _start(inp: WorkerInputs, base_how: str | None) -> tuple[str, str]:
+    """Which weights the job started from, and why (the plan's `start`)."""
+    if inp.source:
+        return "checkpoint", f"the weights of checkpoint {os.path.basename(inp.source)}"
+    if inp.spec.from_scratch:
+        return "scratch", f"fresh weights of {inp.original_base}'s architecture (job type train, start scratch)"
+    why = "continued pre-training" if inp.spec.job_type == "train" else "fine-tuning"
+    return "pretrained", f"the weights of {inp.original_base} ({why})"
 
 
 def _parameters(model: Any) -> int:
@@ -304,14 +336,14 @@ def _trainer(inp: WorkerInputs, model: Any, tokenizer: Any, plan: Any, resume: s
     callback.token_copies = tc.model_parallel_size
     sampler = None
     if plan.batching == "grouped":  # the lengths of this rank's view of the rows; every rank orders them alike
-        sampler = methods.grouped_sampler([len(r["input_ids"]) for r in inp.train_rows],
+        sampler = methods.grouped_sampler(_lengths(inp.train_rows),
                                           inp.spec.batch_size * tc.gradient_accumulation_steps, tc.seed,
                                           parallel.sizes(tc, world)[1])
     trainer = compat.trainer_class(pipe, sampler)(
         model=model,
         args=args,
-        train_dataset=HFDataset.from_list(inp.train_rows),
-        eval_dataset=HFDataset.from_list(val_rows) if val_rows else None,
+        train_dataset=HFDataset.from_list(inp.train_rows) if isinstance(inp.train_rows, list) else inp.train_rows,
+        eval_dataset=(HFDataset.from_list(val_rows) if isinstance(val_rows, list) else val_rows) if val_rows else None,
         data_collator=methods.packed_collator(tokenizer) if plan.batching == "packed"
         else DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=-100),
         callbacks=[callback],
@@ -322,6 +354,13 @@ def _trainer(inp: WorkerInputs, model: Any, tokenizer: Any, plan: Any, resume: s
     if pipe is not None:  # a stage is not wrapped in DDP: its weights are its own
         compat.keep_sharded(trainer, pipeline.is_stage)
     return trainer, callback
+
+
+def _lengths(rows: Any) -> list[int]:
+    """Each row's length for length-grouped batches: exact for tokenized rows, else from the records' sizes."""
+    if isinstance(rows, list):
+        return [len(r["input_ids"]) for r in rows]
+    return approximate_lengths(rows)
 
 
 def _load_model(spec: JobSpec, tc: TrainingConfig, source: str | None, meta: dict[str, Any] | None,
@@ -335,7 +374,7 @@ def _load_model(spec: JobSpec, tc: TrainingConfig, source: str | None, meta: dic
         if why:
             raise PlanError(f"{why[0]}: {why[1]}")
     if source is None:
-        if spec.job_type == "train":
+        if spec.from_scratch:
             return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(base_path or orig_base)), None
         if methods.is_quantized(tc):  # QLoRA: a 4/8-bit frozen base (LoRA is added by the caller)
             return methods.load_quantized(base_path or orig_base, tc, torch,

@@ -50,7 +50,7 @@ def pretokenized_data(tiny_model, tmp_path, template):
     tok = AutoTokenizer.from_pretrained(tiny_model)
     apply(tok, template)
     src = load_dataset(str(EXAMPLE_DATA))
-    rows, _ = tokenize_all(tok, src.records, src.format, 256)
+    rows, _ = tokenize_all(tok, src.records(), None, 256)
     width = max(len(r["input_ids"]) for r in rows)
     table = [{"input_ids": r["input_ids"] + [tok.pad_token_id] * (width - len(r["input_ids"])),
               "labels": r["labels"] + [-100] * (width - len(r["labels"])),

@@ -47,7 +47,7 @@ def plain_trainer_losses(tiny_model: str, dataset, out_dir) -> list[float]:
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token
         ds = load_dataset(str(dataset))
-        rows, _ = tokenize_all(tok, ds.records, ds.format, cfg["max_seq_length"])
+        rows, _ = tokenize_all(tok, ds.records(), None, cfg["max_seq_length"])
         model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
         model = get_peft_model(model, LoraConfig(r=cfg["lora_r"], lora_alpha=cfg["lora_alpha"],
                                                  lora_dropout=cfg["lora_dropout"],

@@ -73,7 +73,7 @@ def test_any_jsonl_loads_or_names_file_and_line(tmp_path_factory, lines):
         assert str(f) in msg
         assert re.search(r"line \d+", msg) or "empty file" in msg
         return
-    assert ds.records
+    assert ds.records()
 
 
 @FAST

@@ -33,9 +33,9 @@ def test_detects_instruction_and_chatml():
     "lines,needle",
     [
         (['{"instruction": "a", "output": "b"}', "{broken"], "line 2: broken JSON"),
-        (['{"instruction": "a", "output": "b"}', '{"messages": [{"role": "assistant", "content": "x"}]}'],
-         "line 2: mixes formats"),
-        (['{"text": "hello"}'], "line 1: unknown record shape"),
+        (['{"instruction": "a", "output": "b"}', '{"text": "raw"}'], "line 2: a text record (text) among conversation"),
+        (['{"question": "hello"}'], "line 1: unknown record shape"),
+        (['{"instruction": "a", "answer": "b"}'], "line 1: alpaca format needs a string 'output'"),
         (["[1, 2]"], "line 1: expected a JSON object"),
         (['{"messages": [{"role": "user", "content": "hi"}]}'], "line 1: a conversation needs"),
         ([""], "empty file"),
@@ -120,8 +120,8 @@ def test_batched_tokenization_equals_the_per_message_path(tiny_model):
     total_truncated = 0
     for path in (ROOT / "examples/data", ROOT / "examples/data-chatml"):
         ds = load_dataset(str(path))
-        fast, truncated = tokenize_all(tok, ds.records, ds.format, 40)
-        slow_all = [tokenize_example(tok, r, ds.format, 40) for r in ds.records]
+        fast, truncated = tokenize_all(tok, ds.records(), None, 40)
+        slow_all = [tokenize_example(tok, r, ds.format, 40) for r in ds.records()]
         slow = [s for s in slow_all if any(x != -100 for x in s["labels"])]
         assert [f["input_ids"] for f in fast] == [s["input_ids"] for s in slow]
         assert [f["labels"] for f in fast] == [s["labels"] for s in slow]
@@ -144,44 +144,52 @@ def test_pretokenized_arrow_honours_labels_and_attention_mask(tmp_path):
     ds = load_dataset(str(tmp_path / "tok"))
     assert ds.format == "arrow"
     dropped: list[int] = []
-    out, truncated = tokenize_all(None, ds.records, ds.format, 3, dropped)
+    out, truncated = tokenize_all(None, ds.records(), None, 3, dropped)
     assert out[0] == {"input_ids": [5, 6, 7], "labels": [-100, -100, 7]}  # padding dropped, -100 kept, truncated
     assert out[1] == {"input_ids": [9, 10, 11], "labels": [-100, 10, 11]}
     assert truncated == 1 and dropped == [2]
     # no labels: every token trains
     datasets.Dataset.from_list([{"input_ids": [1, 2, 3]}]).save_to_disk(str(tmp_path / "plain"))
     plain = load_dataset(str(tmp_path / "plain"))
-    assert tokenize_all(None, plain.records, plain.format, 8)[0] == [{"input_ids": [1, 2, 3], "labels": [1, 2, 3]}]
+    assert tokenize_all(None, plain.records(), plain.format, 8)[0] == [{"input_ids": [1, 2, 3], "labels": [1, 2, 3]}]
     datasets.Dataset.from_list([{"input_ids": [1, 2], "labels": [1]}]).save_to_disk(str(tmp_path / "bad"))
     bad = load_dataset(str(tmp_path / "bad"))
     with pytest.raises(DatasetError, match="row 0: .*2 input_ids but 1 labels"):
-        tokenize_all(None, bad.records, bad.format, 8)
+        tokenize_all(None, bad.records(), bad.format, 8)
 
 
 def test_tokenized_once_per_node_and_reused(tmp_path, monkeypatch, capsys):
-    """The first worker tokenizes and caches; a second worker (and a later job) with the same data, template,
-    tokenizer and max_seq_length reads the cache; a change to any of them tokenizes again."""
+    """Packing tokenizes up front: the first worker writes Arrow under the node's cache; a second worker (and a
+    later job) with the same data, template, tokenizer and max_seq_length opens it; a change to any of them
+    tokenizes again."""
     from transformers import AutoTokenizer
 
     import cleverthis_runtime.tokenization as data
     from cleverthis_runtime.data import load_dataset
     from cleverthis_runtime.tiny import build_tiny_model
 
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     tok = AutoTokenizer.from_pretrained(build_tiny_model(str(tmp_path / "m"), [str(EXAMPLES)]))
     ds = load_dataset(str(EXAMPLES))
     calls = []
     real = data.tokenize_all
     monkeypatch.setattr(data, "tokenize_all", lambda *a, **k: calls.append(1) or real(*a, **k))
     cache = str(tmp_path / "cache")
-    first = data.tokenized(tok, ds, 128, rank=0, cache_root=cache)
-    assert len(calls) == 1
-    again = data.tokenized(tok, ds, 128, rank=1, cache_root=cache)
-    assert again == first and len(calls) == 1  # read, not tokenized
+    first = data.tokenized(tok, ds.train, 128, rank=0, cache_root=cache)
+    made = len(calls)
+    assert made >= 1 and first.cache_files and first.cache_files[0]["filename"].startswith(cache)
+    again = data.tokenized(tok, ds.train, 128, rank=1, cache_root=cache)
+    assert again.to_list() == first.to_list() and len(calls) == made  # read, not tokenized
+    expected, _ = real(tok, ds.records(), None, 128)
+    assert first.to_list() == expected
     out = capsys.readouterr().out
     assert "worker 0: tokenized" in out and "worker 1: read" in out
-    data.tokenized(tok, ds, 64, rank=0, cache_root=cache)  # another max_seq_length
+    data.tokenized(tok, ds.train, 64, rank=0, cache_root=cache)  # another max_seq_length
+    assert len(calls) == 2 * made
     tok.chat_template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
-    data.tokenized(tok, ds, 128, rank=0, cache_root=cache)  # another template
-    ds.records[0] = dict(ds.records[0], output="changed")
-    data.tokenized(tok, ds, 128, rank=0, cache_root=cache)  # other data
-    assert len(calls) == 4
+    data.tokenized(tok, ds.train, 128, rank=0, cache_root=cache)  # another template
+    assert len(calls) == 3 * made
+    other = tmp_path / "other.jsonl"
+    other.write_text((EXAMPLES / "train.jsonl").read_text().replace('"output": "', '"output": "changed ', 1))
+    data.tokenized(tok, load_dataset(str(other)).train, 128, rank=0, cache_root=cache)  # other data
+    assert len(calls) > 3 * made

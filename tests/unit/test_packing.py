@@ -41,7 +41,7 @@ def test_packed_loss_equals_unpacked_loss(tiny, arch):
     model = AutoModelForCausalLM.from_pretrained(tiny(arch), dtype=torch.float32).eval()
     assert packing_refusal(model) is None  # allowed for this family ...
     ds = load_dataset(str(ROOT / "examples/data"))
-    rows, _ = tokenize_all(tok, ds.records[:24], ds.format, 128)
+    rows, _ = tokenize_all(tok, ds.head(24), ds.format, 128)
     for r in rows:  # the packed form masks each example's first label; do the same for the reference
         r["labels"] = [-100, *r["labels"][1:]]
 

@@ -56,7 +56,7 @@ def test_remote_is_recognised():
 def test_folder_of_jsonl_and_training_config(s3):
     ds = load_dataset("s3://bkt/training")
     local = load_dataset(str(EXAMPLE))
-    assert ds.format == INSTRUCTION and ds.records == local.records
+    assert ds.format == INSTRUCTION and ds.records() == local.records()
     assert ds.files == ["s3://bkt/training/train.jsonl"]
     cfg, where = data.read_training_config("s3://bkt/training")
     assert where == "s3://bkt/training/training_config.json"
@@ -67,7 +67,7 @@ def test_single_file_and_validation_beside_it(s3):
     s3.pipe("bkt/chat/train.jsonl", (ROOT / "examples/data-chatml/train.jsonl").read_bytes())
     s3.pipe("bkt/chat/validation.jsonl", (ROOT / "examples/data-chatml/train.jsonl").read_bytes())
     ds = load_dataset("s3://bkt/chat/train.jsonl")
-    assert ds.format == CHATML and ds.validation and len(ds.validation) == len(ds.records)
+    assert ds.format == CHATML and ds.validation and len(ds.validation) == len(ds.records())
     assert data.read_training_config("s3://bkt/chat/train.jsonl") == (None, None)
 
 
@@ -88,8 +88,8 @@ def test_missing_key_and_missing_bucket_are_clear(s3):
                                            r"no bucket 'no-such-bucket'"):
         load_dataset("s3://no-such-bucket/training")
     s3.mkdir("bkt/empty")
-    s3.pipe("bkt/empty/readme.txt", b"x")
-    with pytest.raises(DatasetError, match=r"s3://bkt/empty: no .jsonl files"):
+    s3.pipe("bkt/empty/README.md", b"x")
+    with pytest.raises(DatasetError, match=r"s3://bkt/empty: no data files"):
         load_dataset("s3://bkt/empty")
 
 
@@ -110,10 +110,10 @@ def test_arrow_folder_through_load_from_disk(s3, tmp_path):
     import datasets
 
     local = tmp_path / "arrow"
-    datasets.Dataset.from_list(load_dataset(str(EXAMPLE)).records).save_to_disk(str(local))
+    datasets.Dataset.from_list(load_dataset(str(EXAMPLE)).records()).save_to_disk(str(local))
     s3.put(str(local), "bkt/arrow", recursive=True)
     ds = load_dataset("s3://bkt/arrow")
-    assert ds.format == INSTRUCTION and len(ds.records) == len(load_dataset(str(EXAMPLE)).records)
+    assert ds.format == INSTRUCTION and len(ds.records()) == len(load_dataset(str(EXAMPLE)).records())
     assert data.data_root("s3://bkt/arrow") == "s3://bkt"
 
 

@@ -149,7 +149,7 @@ def test_one_render_per_example_masks_exactly_as_prefix_by_prefix(tiny, name):
     tok = AutoTokenizer.from_pretrained(tiny)
     apply(tok, name)
     records = [{"messages": c} for c in CONVERSATIONS]
-    records += load_dataset(str(ROOT / "examples" / "data-chatml")).records[:20]
+    records += load_dataset(str(ROOT / "examples" / "data-chatml")).head(20)
     fast, _ = tokenize_all(tok, records, "chatml", 4096)
     slow = [tokenize_example(tok, r, "chatml", 4096) for r in records]
     for f, s_ in zip(fast, [s for s in slow if any(x != -100 for x in s["labels"])], strict=True):
