@@ -229,6 +229,9 @@ export interface DataLine {
  */
 export interface DatasetFacts {
   format: string;
+  formats: {
+    [k: string]: number;
+  };
   examples: number;
   validation_examples: number;
   files: string[];
@@ -357,9 +360,13 @@ export interface JobSpec {
    */
   dataset_path?: string;
   /**
-   * train (from scratch) or finetune
+   * train (pre-train a causal LM on every token, from scratch or continued) or finetune
    */
   job_type?: 'train' | 'finetune';
+  /**
+   * Training: scratch (fresh weights of the base model's architecture) or pretrained (continue pre-training from the base model's or a checkpoint's weights); unset = scratch. Fine-tuning always starts from the pretrained weights
+   */
+  start?: ('scratch' | 'pretrained') | null;
   /**
    * Training framework: torch (PyTorch) or tensorflow
    */
@@ -532,6 +539,12 @@ export interface TrainingConfig {
    * Pipeline parallelism: torch's GPipe schedule, or 1F1B (one forward, one backward)
    */
   pipeline_schedule?: 'gpipe' | '1f1b';
+  /**
+   * The keys of your records, when they differ from a known format's: the format's key -> yours, e.g. {"instruction": "question", "output": "answer"} or {"text": "content"}
+   */
+  columns?: {
+    [k: string]: string;
+  } | null;
   /**
    * Where the Trainer reports (rank 0): tensorboard (runs/ in the checkpoint folder), mlflow (MLFLOW_TRACKING_URI), wandb (WANDB_PROJECT, WANDB_MODE), or none
    */

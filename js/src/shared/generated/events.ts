@@ -88,6 +88,9 @@ export interface ConfigEvent {
   training_config_file?: string | null;
   checkpoint_dir: string;
   dataset_format?: string | null;
+  dataset_formats?: {
+    [k: string]: number;
+  };
   examples?: number | null;
   resumed_from?: string | null;
   resumed_step?: number | null;
@@ -155,10 +158,14 @@ export interface DatasetEvent {
   type: 'dataset';
   trial?: string | null;
   format: string;
+  formats?: {
+    [k: string]: number;
+  };
   examples: number;
   validation_examples?: number;
-  truncated?: number;
+  truncated?: number | null;
   max_seq_length?: number | null;
+  tokenized?: string | null;
   [k: string]: unknown;
 }
 export interface PackingEvent {
@@ -198,6 +205,7 @@ export interface PlanEvent {
     [k: string]: unknown;
   } | null;
   batching?: string | null;
+  start?: string | null;
   [k: string]: unknown;
 }
 export interface WarningEvent {
