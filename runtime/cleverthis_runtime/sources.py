@@ -198,12 +198,22 @@ def _open(path: str) -> Any:
 
 def _rows(path: str) -> Iterator[tuple[int, Any, str | None]]:
     """(line or row number, the parsed record, the raw text when the record came from one line) of one file."""
+    import pyarrow as pa
+
     ext = posixpath.splitext(path)[1].lower()
-    if ext == ".parquet":
-        yield from _parquet(path)
-    elif ext == ".csv":
-        yield from _csv(path)
-    elif ext == ".txt":
+    try:
+        if ext == ".parquet":
+            yield from _parquet(path)
+        elif ext == ".csv":
+            yield from _csv(path)
+        else:
+            yield from _lines(path, ext)
+    except (pa.ArrowException, OSError) as e:  # a table pyarrow cannot read: its own words name the place
+        raise DatasetError(f"{path}: cannot read it as {ext[1:]} ({str(e).strip().splitlines()[0]})") from e
+
+
+def _lines(path: str, ext: str) -> Iterator[tuple[int, Any, str | None]]:
+    if ext == ".txt":
         yield from _text(path)
     else:
         yield from _json(path)

@@ -164,7 +164,7 @@ def test_tokenized_once_per_node_and_reused(tmp_path, monkeypatch, capsys):
     tokenizes again."""
     from transformers import AutoTokenizer
 
-    import cleverthis_runtime.tokenization as data
+    import cleverthis_runtime.rows as data
     from cleverthis_runtime.data import load_dataset
     from cleverthis_runtime.tiny import build_tiny_model
 

@@ -1,5 +1,5 @@
-"""The code's shape holds (README, Development): no function over 80 lines, no module over 400, and modules use
-only each other's public names."""
+"""The code's shape holds (README, Development): no function over 80 lines, and modules use only each other's
+public names. Modules have no size limit: they are split by concern, never to meet a number."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("jupyter_cleverthis", "runtime/cleverthis_runtime")
 OURS = ("jupyter_cleverthis", "cleverthis_runtime")
-MAX_FUNCTION, MAX_MODULE = 80, 400
+MAX_FUNCTION = 80
 # generated code and data are not written by hand
 TS_EXCLUDED = ("js/src/shared/generated/",)
 
@@ -25,23 +25,15 @@ def _ts_files() -> list[Path]:
                   if not any(str(p.relative_to(ROOT)).startswith(x) for x in TS_EXCLUDED))
 
 
-def test_no_python_function_over_80_lines_and_no_module_over_400():
+def test_no_python_function_over_80_lines():
     long = []
     for p in _python_files():
         src = p.read_text()
-        if src.count("\n") > MAX_MODULE:
-            long.append(f"{p.relative_to(ROOT)}: {src.count(chr(10))} lines")
         for node in ast.walk(ast.parse(src)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 n = node.end_lineno - node.lineno + 1
                 if n > MAX_FUNCTION:
                     long.append(f"{p.relative_to(ROOT)}:{node.lineno} {node.name}(): {n} lines")
-    assert not long, "\n".join(long)
-
-
-def test_no_typescript_module_over_400_lines():
-    long = [f"{p.relative_to(ROOT)}: {n} lines" for p in _ts_files()
-            if (n := p.read_text().count("\n")) > MAX_MODULE]
     assert not long, "\n".join(long)
 
 
