@@ -43,20 +43,17 @@ from .paths import (  # noqa: F401
     remote_exists,
     remote_is_arrow,
 )
+from .rows import approximate_lengths, lazy, text_blocks, tokenized  # noqa: F401
 from .spec import TRAINING_CONFIG_FILE
 from .tokenization import (  # noqa: F401
     PackedCollator,
-    approximate_lengths,
     ensure_chat_template,
     instruction_to_messages,
-    lazy,
     pack_rows,
     preview,
-    text_blocks,
     tokenize_all,
     tokenize_example,
     tokenize_rows,
-    tokenized,
 )
 
 

@@ -89,12 +89,12 @@ def make_cached_model(hf_home: Path, repo_id: str, files_from: Path) -> Path:
     return snap
 
 
-def run_job(tiny_model, dataset, job_name, config, *, workers=2, batch_size=8, timeout=900, epochs=1):
-    """Create a job (1 epoch unless told) with this training_config and wait for it to succeed; returns
-    (detail, events)."""
+def run_job(tiny_model, dataset, job_name, config, *, workers=2, batch_size=8, timeout=900, epochs=1, **fields):
+    """Create a job (1 epoch unless told) with this training_config (and other spec `fields`) and wait for it to
+    succeed; returns (detail, events)."""
     svc = JobService()
     spec = JobSpec(name=job_name, base_model=tiny_model, dataset_path=str(dataset), epochs=epochs,
-                   batch_size=batch_size, workers=workers, training_config=config)
+                   batch_size=batch_size, workers=workers, training_config=config, **fields)
     t0 = time.time()
     for attempt in range(6):  # a loaded machine: the head's job agent may not answer at once
         try:
