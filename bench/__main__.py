@@ -30,6 +30,10 @@ GOALS = {
     "P6": ("loss-curve update bytes vs full resend (100k points)", "<= 1 %; <= 20 ms", None),
     "P7": ("REST job list with 1,000 jobs, p95", "<= 100 ms", None),
     "P8": ("atomic checkpoint save vs raw safetensors save (time ratio)", "<= 1.1", lambda r: r <= 1.1),
+    "P9": ("submit -> first step and peak worker memory, 1,000,000 vs 10,000 examples (time ratio)",
+           "<= 1.5 and <= 2 GiB", None),
+    "P10": ("pre-training tokens/s on packed raw text vs plain Trainer on the same blocks", ">= 0.93",
+            lambda r: r >= 0.93),
 }
 
 

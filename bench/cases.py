@@ -541,3 +541,163 @@ def p7(ctx: Context) -> dict[str, Any]:
     return {"ours": f"p95 {p95:.0f} ms", "baseline": "-", "ratio": None, "met": p95 <= 100,
             "detail": f"P7: 30 requests listing 1,000 jobs (median {med(times):.0f} ms); the sidebar's render of "
                       "1,000 rows is measured by the browser test (tests/ui)."}
+
+
+# -- P9 ------------------------------------------------------------------------------------------------------------
+def _instructions(ctx: Context, n: int) -> Path:
+    """n instruction examples (~136 bytes a line, as the page's instruction sets), written once per run."""
+    d = ctx.tmp / f"instructions-{n}"
+    if not d.exists():
+        rng = random.Random(n)
+        words = "the a river mountain blue green quick slow data model train loss step epoch token node".split()
+        d.mkdir(parents=True)
+        with open(d / "train.jsonl", "w") as f:
+            for _ in range(n):
+                f.write(json.dumps({"instruction": "Continue the text", "input": " ".join(rng.choices(words, k=6)),
+                                    "output": " ".join(rng.choices(words, k=rng.randint(4, 14)))}) + "\n")
+    return d
+
+
+def _peak_rss(pid: int) -> int:
+    """The process's peak resident memory (VmHWM), in bytes; 0 once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _first_step_and_peak(ctx: Context, name: str, **spec: Any) -> tuple[float, int]:
+    """Submit a job, wait for its first step, then cancel it: (seconds from submit, the larger worker's peak RSS
+    so far, read from /proc while the job runs)."""
+    from jupyter_cleverthis.spec import JobSpec
+
+    svc = ctx.service()
+    t0 = time.time()
+    svc.create(JobSpec(name=name, **spec), check=False)
+    peaks: dict[int, int] = {}
+    first = None
+    while first is None and time.time() - t0 < 900:
+        evs = svc.events("local", name)
+        for e in evs:
+            if e["type"] == "worker" and e.get("pid"):
+                peaks[e["pid"]] = max(peaks.get(e["pid"], 0), _peak_rss(e["pid"]))
+        first = next((e["t"] for e in evs if e["type"] == "step"), None)
+        if any(e["type"] == "error" for e in evs):
+            raise NotMeasured(f"job {name} failed: {[e.get('message') for e in evs if e['type'] == 'error']}")
+        time.sleep(0.5)
+    for pid in peaks:
+        peaks[pid] = max(peaks[pid], _peak_rss(pid))
+    svc.cancel("local", name)
+    svc.wait("local", name, poll=1.0, timeout=300)
+    if first is None:
+        raise NotMeasured(f"job {name} reached no step in 900 s")
+    return first - t0, max(peaks.values(), default=0)
+
+
+def p9(ctx: Context) -> dict[str, Any]:
+    model = ctx.model(hidden=64, layers=2)
+    runs: dict[int, dict[str, float]] = {}
+    for n in (10_000, 1_000_000):
+        data = _instructions(ctx, n)
+        seconds, peak = _first_step_and_peak(
+            ctx, f"bench-p9-{n}-{int(time.time())}", base_model=model, dataset_path=str(data), epochs=1,
+            batch_size=8, workers=2, output_dir=str(ctx.tmp / f"ck-p9-{n}"),
+            training_config={"method": "lora", "max_seq_length": 128, "report_to": ["none"]})
+        runs[n] = {"first_step_s": round(seconds, 1), "peak_worker_gib": round(peak / 2**30, 2),
+                   "mb": round((data / "train.jsonl").stat().st_size / 2**20)}
+    small, big = runs[10_000], runs[1_000_000]
+    ratio = big["first_step_s"] / small["first_step_s"]
+    return {"ours": f"{big['first_step_s']} s, {big['peak_worker_gib']} GiB at 1M",
+            "baseline": f"{small['first_step_s']} s, {small['peak_worker_gib']} GiB at 10k", "ratio": ratio,
+            "runs": runs, "met": ratio <= 1.5 and big["peak_worker_gib"] <= 2.0,
+            "detail": f"P9: a 2-worker LoRA job (small Llama) over instruction JSONL, submit to first step and the "
+                      f"larger worker's peak RSS (VmHWM, read from /proc while it runs), at 10,000 examples "
+                      f"({small['mb']} MB) and 1,000,000 ({big['mb']} MB); the first read checks every record into "
+                      "the node's Arrow copy, workers tokenize lazily"}
+
+
+# -- P10 -----------------------------------------------------------------------------------------------------------
+def _corpus(ctx: Context, docs: int = 3000) -> Path:
+    d = ctx.tmp / f"corpus-{docs}"
+    if not d.exists():
+        rng = random.Random(7)
+        words = "the a river mountain blue green quick slow data model train loss step epoch token node".split()
+        d.mkdir(parents=True)
+        (d / "corpus.txt").write_text("".join(" ".join(rng.choices(words, k=rng.randint(20, 200))) + "\n"
+                                              for _ in range(docs)))
+    return d
+
+
+def _plain_blocks_rates(model: str, corpus: Path, blocks_file: str) -> list[float]:
+    """The plain Trainer in a fresh process on the runtime's own blocks (the same Arrow file), packed collator."""
+    root = [str(Path(__file__).parents[1])]
+    code = (f"import sys, json; sys.path[:0] = {root!r}; from bench.cases import _plain_blocks_in_process as f; "
+            f"print('RATES', json.dumps(f({model!r}, {blocks_file!r})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return list(json.loads([ln for ln in out.splitlines() if ln.startswith("RATES")][-1][6:]))
+
+
+def _plain_blocks_in_process(model_path: str, blocks_file: str) -> list[float]:
+    import datasets
+    import torch
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoTokenizer,
+        Trainer,
+        TrainerCallback,
+        TrainingArguments,
+        set_seed,
+    )
+
+    from cleverthis_runtime.data import PackedCollator
+
+    torch.set_num_threads(2)
+    set_seed(42)
+    tok = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    model.config.use_cache = False
+    rates: list[float] = []
+
+    class Rate(TrainerCallback):
+        last_t, last_n = 0.0, 0
+
+        def on_train_begin(self, args, state, control, **kw):
+            self.last_t = time.time()
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            now, n = time.time(), int(state.num_input_tokens_seen or 0)
+            rates.append((n - self.last_n) / max(now - self.last_t, 1e-9))
+            self.last_t, self.last_n = now, n
+
+    args = TrainingArguments(output_dir=str(Path(blocks_file).parent / "plain-out"), per_device_train_batch_size=8,
+                             num_train_epochs=1, learning_rate=1e-4, logging_steps=1, save_strategy="no",
+                             report_to="none", use_cpu=True, disable_tqdm=True, seed=42, dataloader_num_workers=0,
+                             remove_unused_columns=False, include_num_input_tokens_seen="non_padding")
+    Trainer(model=model, args=args, train_dataset=datasets.Dataset.from_file(blocks_file),
+            data_collator=PackedCollator(tok.pad_token_id), callbacks=[Rate()]).train()
+    return rates
+
+
+def p10(ctx: Context) -> dict[str, Any]:
+    """Pre-training on packed raw text (job type train): our runtime's job against the plain Trainer on the same
+    blocks (the Arrow file the job wrote to the node's cache)."""
+    model, corpus = ctx.model(), _corpus(ctx)
+    ours, base = [], []
+    for k in range(REPEATS):
+        _, evs, _ = ctx.run_job(f"bench-p10-{int(time.time())}-{k}", base_model=model, dataset_path=str(corpus),
+                                job_type="train", start="pretrained", epochs=1, batch_size=8, workers=1,
+                                cpus_per_worker=2, output_dir=str(ctx.tmp / f"ck-p10-{k}"),
+                                training_config={"method": "full", "max_seq_length": 256, "report_to": ["none"]})
+        ours.append(_steady([e.get("tokens_per_s") or 0 for e in evs if e["type"] == "step"]))
+        hf_home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+        blocks = max((hf_home / "cleverthis-tokenized").glob("*.arrow"), key=lambda p: p.stat().st_mtime)
+        base.append(_steady(_plain_blocks_rates(model, corpus, str(blocks))))
+    o, b = med(ours), med(base)
+    return {"ours": f"{o:,.0f} tok/s", "baseline": f"{b:,.0f} tok/s", "ratio": o / b, "samples": [ours, base],
+            "detail": f"P10: continued pre-training on {corpus.name} (3,000 documents of 20-200 words) cut into packed "
+                      f"blocks of 256 tokens; median steady-state tokens/s over {REPEATS} alternating runs, small "
+                      "Llama (hidden 256, 4 layers), batch 8, 2 threads; the baseline trains the plain Trainer on "
+                      "the job's own blocks with the same collator"}

@@ -124,7 +124,7 @@ def detail_of(cluster: str, info: Any, evs: list[dict[str, Any]], *, log_url: st
             original_base = ev.get("original_base_model")
         _apply_event(detail, ev)
     if detail.status == JobStatus.FAILED:
-        _explain_failure(detail, info.message)
+        _explain_failure(detail, info.message, working_phase(evs))
     if detail.error:
         detail.message = detail.error
     elif detail.stopped_early and detail.status == JobStatus.SUCCEEDED:
@@ -227,13 +227,22 @@ def _apply_utilisation(detail: JobDetail, ev: dict[str, Any]) -> None:
     detail.utilisation = sorted([x for x in detail.utilisation if x.rank != u.rank] + [u], key=lambda x: x.rank)
 
 
-def _explain_failure(detail: JobDetail, ray_message: str | None) -> None:
-    """A failed job's error, its kind and the advice for it (Ray's message when the runtime said nothing)."""
+def working_phase(evs: list[dict[str, Any]]) -> str | None:
+    """The last phase the job worked in before it ended (its last phase that is not final)."""
+    phases = [e.get("phase") for e in evs if e["type"] == "phase" and e.get("phase") not in FINAL_PHASES]
+    return phases[-1] if phases else None
+
+
+def _explain_failure(detail: JobDetail, ray_message: str | None, phase: str | None = None) -> None:
+    """A failed job's error, its kind and the advice for it (Ray's message when the runtime said nothing). Memory
+    that ran out while the data was read or tokenized is the data's, not the model's (other fixes help)."""
     if detail.error is None:
         detail.error = short_message(ray_message) or "the job failed"
         detail.traceback = ray_message
         detail.error_kind = classify(ray_message or "")[0]
     detail.error_kind = detail.error_kind or classify(detail.error)[0]
+    if phase == Phase.loading_data and detail.error_kind == "out_of_memory":
+        detail.error_kind = "data_out_of_memory"
     detail.advice = advice_for(detail.error_kind)
     detail.fixes = fixes_for(detail.error_kind, detail.spec)
 

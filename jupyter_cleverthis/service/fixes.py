@@ -12,6 +12,8 @@ from .models import Fix
 
 def fixes_for(kind: str | None, spec: dict[str, Any] | None) -> list[Fix]:
     """The fixes for a failure of `kind`, skipping those the spec already has."""
+    if kind == "data_out_of_memory" and spec:
+        return _data_fixes(spec)
     if kind != "out_of_memory" or not spec:
         return []
     tc = spec.get("training_config") or {}
@@ -29,6 +31,22 @@ def fixes_for(kind: str | None, spec: dict[str, Any] | None) -> list[Fix]:
     if (tc.get("deepspeed") or {}).get("zero_stage") != 3:
         out.append(Fix(label="Retry with ZeRO-3", patch={"training_config": {"strategy": None, "deepspeed": {"zero_stage": 3}}},
                        why="DeepSpeed shards parameters, gradients and optimizer states over the workers"))
+    for f in out:
+        f.spec = apply_fix(spec, f.patch)
+    return out
+
+
+def _data_fixes(spec: dict[str, Any]) -> list[Fix]:
+    """A dataset that did not fit while it was read: packing tokenizes it all up front, and several workers on one
+    node each do it."""
+    out = []
+    if (spec.get("training_config") or {}).get("packing") is not False:
+        out.append(Fix(label="Retry without packing", patch={"training_config": {"packing": False}},
+                       why="rows are then tokenized batch by batch as training reads them, never all at once"))
+    workers = int(spec.get("workers") or 1)
+    if workers > 1:
+        out.append(Fix(label="Retry with one worker", patch={"workers": 1},
+                       why=f"workers {workers} -> 1: one copy of the tokenizing work on the node"))
     for f in out:
         f.spec = apply_fix(spec, f.patch)
     return out

@@ -84,6 +84,7 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
         inp.tc = tc = tc.model_copy(update={"method": method})
     model, base_how = _load_model(spec, tc, inp.source, meta, inp.original_base, base_path, torch, world)
     model, plan = _planned_model(inp, model, template, torch, base_how)
+    inp.emit("phase", phase="loading_data")  # the rows: tokenized here where packing or raw text needs it
     inp.make_rows(lambda train, val: _rows(inp, tokenizer, plan, train, val))
     if plan.batching == "packed" and inp.dataset.kind != "text":  # several examples per row (methods.py)
         inp.train_rows, inp.val_rows = methods.pack(inp.train_rows, inp.val_rows, tc.max_seq_length)

@@ -12,9 +12,17 @@ import re
 
 # (kind, patterns, advice) in priority order; the first kind whose pattern matches wins.
 RULES: list[tuple[str, tuple[str, ...], str]] = [
-    ("out_of_memory", (r"out of memory", r"OutOfMemoryError", r"CUDA error: out of memory", r"MemoryError"),
+    ("out_of_memory", (r"out of memory", r"running low on memory", r"OutOfMemoryError", r"CUDA error: out of memory",
+                       r"MemoryError"),
      "The model + optimizer + activations exceed available memory. Try: 1. QLoRA (method: qlora in "
      "training_config.json) 2. a smaller batch size 3. gradient checkpointing 4. DeepSpeed ZeRO stage 2 or 3."),
+    # Never matched by text: the service names it when memory ran out while the job's phase was loading_data.
+    ("data_out_of_memory", (),
+     "The node ran out of memory while the job read or tokenized its dataset, before any training step: the model "
+     "is not the cause (QLoRA or a smaller batch would not help). The runtime reads data memory-mapped and "
+     "tokenizes it lazily; what holds a whole dataset in memory is packing (set packing to false), a TensorFlow "
+     "job (its loop keeps every row), or other jobs on the node. Give the job fewer workers per node or a node "
+     "with more memory."),
     ("disk_full", (r"No space left on device", r"ENOSPC", r"Disk quota exceeded"),
      "A node ran out of disk while writing. Free space under the checkpoint folder (or set output_dir "
      "elsewhere); earlier checkpoints are intact."),

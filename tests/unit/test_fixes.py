@@ -63,3 +63,26 @@ def test_out_of_memory_offers_the_pages_four_changes_that_apply():
                                                          "deepspeed": {"zero_stage": 3}}}
     assert fixes_for("out_of_memory", done) == []
     assert fixes_for("dataset", spec) == [] and fixes_for(None, spec) == []
+
+
+def test_memory_that_runs_out_while_the_data_loads_is_the_datas():
+    """Ray's words for a worker it killed for memory; while the job's phase is loading_data, the advice and the
+    fixes are the data's (no QLoRA, no batch size); later, the model's."""
+    from jupyter_cleverthis.service.detail import _explain_failure, working_phase
+    from jupyter_cleverthis.service.models import JobDetail
+
+    ray_words = ("ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n"
+                 "Memory on the node (IP: 127.0.0.1) where the task was running was 22.40GB / 23.50GB (0.953)")
+    spec = {"name": "big", "workers": 2, "batch_size": 8, "training_config": {"method": "lora"}}
+    evs = [{"type": "phase", "phase": p} for p in ("starting_workers", "loading_data", "loading_model",
+                                                   "loading_data", "failed")]
+    assert working_phase(evs) == "loading_data"
+    detail = JobDetail(name="big", cluster="local", status="failed", ray_status="FAILED", spec=spec)
+    _explain_failure(detail, ray_words, working_phase(evs))
+    assert detail.error_kind == "data_out_of_memory"
+    assert "QLoRA" not in " ".join(f.label for f in detail.fixes) and "memory-mapped" in detail.advice
+    assert [f.label for f in detail.fixes] == ["Retry without packing", "Retry with one worker"]
+    JobSpec.model_validate(detail.fixes[0].spec)
+    later = JobDetail(name="big", cluster="local", status="failed", ray_status="FAILED", spec=spec)
+    _explain_failure(later, ray_words, "running")
+    assert later.error_kind == "out_of_memory" and later.fixes[0].label == "Retry with QLoRA"
