@@ -61,7 +61,8 @@ def default_cluster() -> str:
 
 # create's options: (flag, JobSpec field); default, help and number type come from the field.
 CREATE_OPTIONS = (
-    ("--model", "base_model"), ("--dataset", "dataset_path"), ("--type", "job_type"), ("--framework", "framework"),
+    ("--model", "base_model"), ("--dataset", "dataset_path"), ("--type", "job_type"), ("--start", "start"),
+    ("--framework", "framework"),
     ("--epochs", "epochs"), ("--batch-size", "batch_size"), ("--workers", "workers"),
     ("--cpus-per-worker", "cpus_per_worker"), ("--gpus-per-worker", "gpus_per_worker"), ("--output-dir", "output_dir"),
 )
