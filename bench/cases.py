@@ -620,13 +620,13 @@ def p9(ctx: Context) -> dict[str, Any]:
 
 
 # -- P10 -----------------------------------------------------------------------------------------------------------
-def _corpus(ctx: Context, docs: int = 3000) -> Path:
+def _corpus(ctx: Context, docs: int = 600) -> Path:
     d = ctx.tmp / f"corpus-{docs}"
     if not d.exists():
         rng = random.Random(7)
         words = "the a river mountain blue green quick slow data model train loss step epoch token node".split()
         d.mkdir(parents=True)
-        (d / "corpus.txt").write_text("".join(" ".join(rng.choices(words, k=rng.randint(20, 200))) + "\n"
+        (d / "corpus.txt").write_text("".join(" ".join(rng.choices(words, k=rng.randint(20, 120))) + "\n"
                                               for _ in range(docs)))
     return d
 
@@ -697,7 +697,7 @@ def p10(ctx: Context) -> dict[str, Any]:
         base.append(_steady(_plain_blocks_rates(model, corpus, str(blocks))))
     o, b = med(ours), med(base)
     return {"ours": f"{o:,.0f} tok/s", "baseline": f"{b:,.0f} tok/s", "ratio": o / b, "samples": [ours, base],
-            "detail": f"P10: continued pre-training on {corpus.name} (3,000 documents of 20-200 words) cut into packed "
+            "detail": f"P10: continued pre-training on {corpus.name} (600 documents of 20-120 words) cut into packed "
                       f"blocks of 256 tokens; median steady-state tokens/s over {REPEATS} alternating runs, small "
                       "Llama (hidden 256, 4 layers), batch 8, 2 threads; the baseline trains the plain Trainer on "
                       "the job's own blocks with the same collator"}

@@ -29,9 +29,9 @@ from typing import Any
 from .cli_experiments import add_chat_parser, add_sweep_options, chat_command, sweep_from_args, sweep_text
 from .errors import BadRequest, CleverThisError, InvalidSpec
 from .spec import JobSpec, JobStatus
-from .text import detail_text, download_text, fmt_bytes, jobs_table, progress_line
+from .text import detail_text, download_text, fmt_bytes, jobs_table, preflight_text, progress_line
 
-SUBCOMMANDS = ("create", "sweep", "list", "show", "logs", "cancel", "resume", "export", "chat", "cluster", "download",
+SUBCOMMANDS = ("create", "sweep", "plan", "list", "show", "logs", "cancel", "resume", "export", "chat", "cluster", "download",
                "setup")
 
 
@@ -76,7 +76,9 @@ def build_parser(prog: str = "cleverthis-train") -> argparse.ArgumentParser:
         sp.add_argument("--cluster", default=default_cluster(), help="cluster name or dashboard address")
 
     for cmd, helptext in (("create", "create a job (the default subcommand)"),
-                          ("sweep", "create a sweep: the job tried over 1-3 parameters on Ray Tune (README, Sweeps)")):
+                          ("sweep", "create a sweep: the job tried over 1-3 parameters on Ray Tune (README, Sweeps)"),
+                          ("plan", "the pre-flight of a job, without creating it: the dataset's formats and counts, "
+                                   "token lengths, the plan and the first examples as the model sees them")):
         c = sub.add_parser(cmd, help=helptext)
         c.add_argument("--name", required=True, help=_field_help("name"))
         cluster_opt(c)
@@ -84,8 +86,11 @@ def build_parser(prog: str = "cleverthis-train") -> argparse.ArgumentParser:
             _spec_option(c, flag, field)
         c.add_argument("--config", dest="training_config", default=None,
                        help="training_config overrides: a JSON object, or a JSON or YAML file")
-        c.add_argument("--wait", action="store_true", help="block until the job ends; exit non-zero unless succeeded")
-        c.add_argument("--json", action="store_true", help="print the job as JSON")
+        if cmd != "plan":
+            c.add_argument("--wait", action="store_true", help="block until the job ends; exit non-zero unless "
+                                                               "succeeded")
+        c.add_argument("--json", action="store_true", help="print the pre-flight as JSON" if cmd == "plan"
+                       else "print the job as JSON")
         if cmd == "sweep":
             add_sweep_options(c, _int)
 
@@ -189,7 +194,7 @@ def spec_from_args(a: argparse.Namespace) -> Any:
 
     data: dict[str, Any] = {
         k: getattr(a, k)
-        for k in ("name", "cluster", "base_model", "dataset_path", "job_type", "framework", "epochs",
+        for k in ("name", "cluster", "base_model", "dataset_path", "job_type", "start", "framework", "epochs",
                   "batch_size", "workers", "cpus_per_worker", "gpus_per_worker", "output_dir")
     }
     if a.training_config:
@@ -235,6 +240,15 @@ def _create(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:
     spec = spec_from_args(a)
     d = svc.create(spec)
     return _finish(a, out, svc, d, progress_line)
+
+
+def _plan(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:
+    """The form's pre-flight from the command line: computed on the cluster, nothing is created."""
+    result = svc.preflight(spec_from_args(a))
+    out(json.dumps(result, indent=2) if a.json else preflight_text(result))
+    if result.get("errors"):
+        raise UsageError("the pre-flight found errors (above)")
+    return result
 
 
 def _finish(a: argparse.Namespace, out: Callable[[str], None], svc: Any, d: Any, line: Callable[[Any], str]) -> Any:
@@ -365,7 +379,7 @@ def _setup(a: argparse.Namespace, out: Callable[[str], None], svc: Any) -> Any:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, Callable[[str], None], Any], Any]] = {
-    "create": _create, "sweep": _create, "chat": chat_command, "list": _list, "show": _show, "logs": _logs, "resume": _resume, "export": _export, "cancel": _cancel,
+    "create": _create, "sweep": _create, "plan": _plan, "chat": chat_command, "list": _list, "show": _show, "logs": _logs, "resume": _resume, "export": _export, "cancel": _cancel,
     "download": _download, "cluster": _cluster, "setup": _setup,
 }
 

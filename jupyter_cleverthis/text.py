@@ -99,3 +99,31 @@ def download_text(res: dict[str, Any]) -> str:
             size = f", {n['bytes'] / 1e9:.2f} GB" if n.get("bytes") else ""
             lines.append(f"  {where}: {n['status']} {n.get('path')} ({n.get('seconds')}s{size})")
     return "\n".join(lines)
+
+
+def preflight_text(p: dict[str, Any]) -> str:
+    """A pre-flight as the form shows it: errors, the dataset, token lengths, the plan and its reasons, warnings,
+    and the first examples with the trained tokens in [brackets]."""
+    lines = [f"error: {e.get('field') or 'spec'}: {e['message']}" for e in p.get("errors") or []]
+    ds = p.get("dataset")
+    if ds:
+        formats = ", ".join(f"{k} {v:,}" for k, v in (ds.get("formats") or {}).items())
+        lines.append(f"dataset: {ds['format']}, {ds['examples']:,} examples"
+                     + (f" + {ds['validation_examples']:,} validation" if ds.get("validation_examples") else "")
+                     + (f" ({formats})" if formats else ""))
+    tl = p.get("token_lengths")
+    if tl:
+        lines.append(f"token lengths: mean {tl['mean']}, p95 {tl['p95']}, max {tl['max']} "
+                     f"({tl['truncated']} of {tl['sampled']} sampled truncated)")
+    plan = p.get("plan")
+    if plan:
+        lines.append(f"plan: {plan['method']}, {plan['precision']}, {plan['strategy']}, batching "
+                     f"{plan.get('batching')}")
+        lines += [f"  {k}: {v}" for k, v in (plan.get("reasons") or {}).items()]
+    if p.get("checkpoint_dir"):
+        lines.append(f"checkpoints: {p['checkpoint_dir']}")
+    lines += [f"warning: {w}" for w in p.get("warnings") or []]
+    for k, runs in enumerate(p.get("preview") or [], 1):
+        shown = "".join(f"[{r['text']}]" if r["trained"] else r["text"] for r in runs)
+        lines.append(f"example {k} (trained tokens in [brackets]):\n  " + shown.replace("\n", "\n  "))
+    return "\n".join(lines)

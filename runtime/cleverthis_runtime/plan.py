@@ -8,11 +8,12 @@ bytes/param: 7B -> ~8 GB).
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import parallel
-from .spec import TrainingConfig, parallelism_error
+from .spec import JobSpec, TrainingConfig, parallelism_error
 
 GB = 1e9
 #: attention implementations that run packed rows as variable-length sequences: no padding, no mask
@@ -54,9 +55,10 @@ def estimate(params: float, method: str, precision: str = "bf16") -> float:
 
 
 def make_plan(*, params: float, devices: list[Device], workers: int, config: TrainingConfig,
-              attention: str | None = None, packing_refusal: str | None = None) -> Plan:
+              attention: str | None = None, packing_refusal: str | None = None, raw_text: bool = False) -> Plan:
     """`attention`: the attention implementation the model would run packed rows with; `packing_refusal`: why this
-    model cannot keep packed examples apart (methods.packing_refusal), None when it can."""
+    model cannot keep packed examples apart (methods.packing_refusal), None when it can; `raw_text`: the data is
+    raw text, cut into blocks."""
     dev = min(devices, key=lambda d: d.memory_bytes) if devices else Device("cpu", 16 * GB)
     reasons: dict[str, str] = {}
     on_gpu = dev.kind == "cuda"
@@ -99,7 +101,8 @@ def make_plan(*, params: float, devices: list[Device], workers: int, config: Tra
     if method == "qlora" and config.quantization:
         reasons["method"] += (f"; the frozen base is quantized to {config.quantization}"
                               f"{' (nf4)' if config.quantization == '4bit' else ''} through bitsandbytes")
-    batching = _batching(config, attention, packing_refusal, reasons)
+    batching = _blocks(config, packing_refusal, reasons) if raw_text else \
+        _batching(config, attention, packing_refusal, reasons)
 
     weights_gb = params * (2.0 if precision in ("bf16", "fp16") else 4.0) / GB
     if method == "qlora":
@@ -119,6 +122,25 @@ def make_plan(*, params: float, devices: list[Device], workers: int, config: Tra
     strategy = _strategy(config, workers, est[method], mem_gb, reasons)
     layout = parallel.layout(config, workers, None) if config.model_parallel_size > 1 else None
     return Plan(method, precision, strategy, gc, est, reasons, layout, batching)
+
+
+def _blocks(config: TrainingConfig, packing_refusal: str | None, reasons: dict[str, str]) -> str:
+    """Raw text is always full blocks; packed when the model keeps documents apart by position_ids."""
+    reasons["batching"] = (
+        f"raw text: documents joined with EOS and cut into blocks of {config.max_seq_length} tokens; "
+        + ("position_ids restart at each document, so no token attends across documents" if packing_refusal is None
+           else f"documents in a block attend to each other ({packing_refusal.split(';')[0]})"))
+    return "packed" if packing_refusal is None else "padded"
+
+
+def start_of(spec: JobSpec, checkpoint: str | None) -> tuple[str, str]:
+    """Which weights a job starts from (the plan's `start`), and why."""
+    if checkpoint:
+        return "checkpoint", f"the weights of checkpoint {os.path.basename(checkpoint.rstrip('/'))}"
+    if spec.from_scratch:
+        return "scratch", f"fresh weights of {spec.base_model}'s architecture (job type train, start scratch)"
+    why = "continued pre-training" if spec.job_type == "train" else "fine-tuning"
+    return "pretrained", f"the weights of {spec.base_model} ({why})"
 
 
 def _batching(config: TrainingConfig, attention: str | None, refusal: str | None, reasons: dict[str, str]) -> str:

@@ -131,7 +131,7 @@ def _model_facts(spec: JobSpec, tc: TrainingConfig, ds: Any, out: dict[str, Any]
         out["warnings"].append(f"model facts unavailable on the head node: {e}")
         return
     from .data import preview, tokenize_all
-    from .plan import Device, make_plan
+    from .plan import Device, make_plan, start_of
 
     try:
         tok = AutoTokenizer.from_pretrained(spec.base_model)
@@ -171,8 +171,10 @@ def _model_facts(spec: JobSpec, tc: TrainingConfig, ds: Any, out: dict[str, Any]
     from .methods import attention, packing_refusal
 
     plan = make_plan(params=params, devices=devices, workers=spec.workers, config=tc,
-                     attention=attention(model, devices), packing_refusal=packing_refusal(model))
+                     attention=attention(model, devices), packing_refusal=packing_refusal(model),
+                     raw_text=ds.kind == "text")
     out["plan"] = plan.as_dict()
+    out["plan"]["start"], out["plan"]["reasons"]["start"] = start_of(spec, out.get("resume_from"))
     if plan.parallelism is not None:
         from .parallel import layout
 

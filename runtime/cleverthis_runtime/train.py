@@ -29,7 +29,7 @@ from .control import WorkerControl, worker_entry
 from .data import approximate_lengths, lazy, text_blocks, tokenized
 from .inputs import WorkerInputs
 from .monitoring import RayMetrics, Utilisation
-from .plan import Device, PlanError, make_plan
+from .plan import Device, PlanError, make_plan, start_of
 from .spec import JobSpec, TrainingConfig, parallelism_error
 
 __all__ = ["Patience", "RayMetrics", "Utilisation", "run", "tracking_locations", "train_loop"]
@@ -83,7 +83,7 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
             else ("lora" if meta.get("adapter") else "full")
         inp.tc = tc = tc.model_copy(update={"method": method})
     model, base_how = _load_model(spec, tc, inp.source, meta, inp.original_base, base_path, torch, world)
-    model, plan = _planned_model(inp, model, template, torch, base_how)
+    model, plan = _planned_model(inp, model, template, torch)
     inp.emit("phase", phase="loading_data")  # the rows: tokenized here where packing or raw text needs it
     inp.make_rows(lambda train, val: _rows(inp, tokenizer, plan, train, val))
     if plan.batching == "packed" and inp.dataset.kind != "text":  # several examples per row (methods.py)
@@ -199,8 +199,7 @@ def _resume_mode(inp: WorkerInputs, total_batch: int, plan: Any) -> str | None:
     return resume
 
 
-def _planned_model(inp: WorkerInputs, model: Any, template: tuple[str, str], torch: Any,
-                   base_how: str | None) -> tuple[Any, Any]:
+def _planned_model(inp: WorkerInputs, model: Any, template: tuple[str, str], torch: Any) -> tuple[Any, Any]:
     """The automatic plan (its `plan` event), and the model as it trains: with LoRA added for a new LoRA job."""
     tc = inp.tc
     refusal = methods.packing_refusal(model)
@@ -209,13 +208,7 @@ def _planned_model(inp: WorkerInputs, model: Any, template: tuple[str, str], tor
     params, devices = float(_parameters(model)), _devices(torch)
     attention = methods.attention(model, devices)
     plan = make_plan(params=params, devices=devices, workers=inp.world, config=tc, attention=attention,
-                     packing_refusal=refusal)
-    if inp.dataset is not None and inp.dataset.kind == "text":  # raw text is cut into full blocks
-        plan.batching = "packed" if refusal is None else "padded"
-        plan.reasons["batching"] = (
-            f"raw text: documents joined with EOS and cut into blocks of {tc.max_seq_length} tokens; "
-            + ("position_ids restart at each document, so no token attends across documents" if refusal is None
-               else f"documents in a block attend to each other ({refusal.split(';')[0]})"))
+                     packing_refusal=refusal, raw_text=inp.dataset is not None and inp.dataset.kind == "text")
     if plan.batching == "packed":  # the block-diagonal mask (or varlen attention) from position_ids needs no cache
         model.config.use_cache = False
         if attention != getattr(model.config, "_attn_implementation", None):
@@ -225,7 +218,7 @@ def _planned_model(inp: WorkerInputs, model: Any, template: tuple[str, str], tor
         plan_event["parallelism"] = parallel.layout(tc, inp.world, model.config)
     plan_event["chat_template"] = template[0]
     plan_event["reasons"] = {**plan_event["reasons"], "chat_template": template[1]}
-    plan_event["start"], plan_event["reasons"]["start"] = _start(inp, base_how)
+    plan_event["start"], plan_event["reasons"]["start"] = start_of(inp.spec, inp.source)
     new_lora = inp.source is None and plan.method in ("lora", "qlora")
     if new_lora:
         targets, why = lora_targets.choose(model, tc.target_modules)
@@ -240,16 +233,6 @@ def _planned_model(inp: WorkerInputs, model: Any, template: tuple[str, str], tor
             model, plan_event["lora_target_modules"], r=tc.lora_r, alpha=tc.effective_lora_alpha,
             dropout=tc.lora_dropout))
     return model, plan
-
-
-def _start(inp: WorkerInputs, base_how: str | None) -> tuple[str, str]:
-    """Which weights the job started from, and why (the plan's `start`)."""
-    if inp.source:
-        return "checkpoint", f"the weights of checkpoint {os.path.basename(inp.source)}"
-    if inp.spec.from_scratch:
-        return "scratch", f"fresh weights of {inp.original_base}'s architecture (job type train, start scratch)"
-    why = "continued pre-training" if inp.spec.job_type == "train" else "fine-tuning"
-    return "pretrained", f"the weights of {inp.original_base} ({why})"
 
 
 def _parameters(model: Any) -> int:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from jupyter_cleverthis.cli import UsageError, main, parse, parse_line, spec_from_args
@@ -161,3 +163,39 @@ def test_exit_codes_separate_usage_from_service_errors(monkeypatch, tmp_path, ca
         monkeypatch.setattr(jobs, "JobService", Failing)
         assert main(["show", "j"]) == 3
         assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_plan_prints_the_preflight_without_creating_a_job():
+    """`cleverthis-train plan` (and `%train plan`) take create's options, ask the service's pre-flight and print
+    what the form shows: the formats and counts, token lengths, the plan and the first example; --json as is."""
+    from jupyter_cleverthis.cli import execute
+
+    asked = []
+
+    class Svc:
+        def preflight(self, spec):
+            asked.append(spec)
+            return {"errors": [], "warnings": ["1 example(s) have no trained token left"],
+                    "dataset": {"format": "instruction", "formats": {"instruction": 900, "sharegpt": 100},
+                                "examples": 1000, "validation_examples": 0, "files": []},
+                    "token_lengths": {"sampled": 1000, "min": 5, "max": 90, "mean": 30.5, "p50": 28, "p95": 70,
+                                      "truncated": 0},
+                    "plan": {"method": "full", "precision": "no", "strategy": "ddp", "batching": "packed",
+                             "start": "scratch", "reasons": {"start": "fresh weights of m's architecture"}},
+                    "preview": [[{"text": "<|user|>\nhi\n<|assistant|>\n", "trained": False, "tokens": 9},
+                                 {"text": "yo", "trained": True, "tokens": 1}]]}
+
+        def create(self, spec):  # never called by plan
+            raise AssertionError("plan created a job")
+
+    out: list[str] = []
+    a = parse(["plan", "--name", "p", "--dataset", "/data/corpus", "--type", "train", "--start", "scratch"])
+    execute(a, out.append, service=Svc())
+    assert asked[0].job_type == "train" and asked[0].start == "scratch" and asked[0].dataset_path == "/data/corpus"
+    text = out[0]
+    assert "dataset: instruction, 1,000 examples (instruction 900, sharegpt 100)" in text
+    assert "plan: full, no, ddp, batching packed" in text and "start: fresh weights" in text
+    assert "example 1 (trained tokens in [brackets]):\n  <|user|>\n  hi\n  <|assistant|>\n  [yo]" in text
+    out.clear()
+    execute(parse(["plan", "--name", "p", "--json"]), out.append, service=Svc())
+    assert json.loads(out[0])["dataset"]["formats"] == {"instruction": 900, "sharegpt": 100}

@@ -11,6 +11,11 @@ export function renderPlan(plan: IPreflight): HTMLElement {
   const ds = plan.dataset;
   if (ds) {
     rows.push(['Dataset', `${ds.format} \u00b7 ${ds.examples} examples${ds.validation_examples ? ` + ${ds.validation_examples} validation` : ''}`]);
+    const formats = Object.entries(ds.formats ?? {});
+    if (formats.length > 1) {
+      // records are detected one by one: a folder may mix the conversational formats
+      rows.push(['Formats', formats.map(([name, n]) => `${name} ${n}`).join(', ')]);
+    }
   }
   const tl = plan.token_lengths;
   if (tl) {
