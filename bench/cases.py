@@ -187,9 +187,12 @@ def _plain_trainer_tokens_per_s(model_path: str, data: Path, threads: int, batch
         trainer_class = compat.trainer_class(None, methods.grouped_sampler([len(r["input_ids"]) for r in rows],
                                                                            batch, 42))
     if mode == "packed":
-        from cleverthis_runtime.data import PackedCollator, pack_rows
+        from trl import pack_dataset
 
-        rows, collator = pack_rows(rows, 512), PackedCollator(tok.pad_token_id)
+        from cleverthis_runtime.data import PackedCollator
+
+        rows = pack_dataset(Dataset.from_list(rows), 512, strategy="bfd").to_list()  # as rows.packed packs
+        collator = PackedCollator(tok.pad_token_id)
         batch = max(1, batch // 2)  # rows of 512 hold about twice the tokens of a padded row here
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     model.config.use_cache = False

@@ -43,13 +43,12 @@ from .paths import (  # noqa: F401
     remote_exists,
     remote_is_arrow,
 )
-from .rows import approximate_lengths, lazy, text_blocks, tokenized  # noqa: F401
+from .rows import approximate_lengths, lazy, packed, text_blocks, tokenized  # noqa: F401
 from .spec import TRAINING_CONFIG_FILE
 from .tokenization import (  # noqa: F401
     PackedCollator,
     ensure_chat_template,
     instruction_to_messages,
-    pack_rows,
     preview,
     tokenize_all,
     tokenize_example,

@@ -14,14 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .data import PackedCollator, pack_rows
+from .data import PackedCollator
 from .spec import TrainingConfig
-
-
-def pack(train_rows: list[dict[str, Any]], val_rows: list[dict[str, Any]], max_len: int
-         ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Best-fit-decreasing packing of both sets (position_ids isolate the examples of a row)."""
-    return pack_rows(train_rows, max_len), (pack_rows(val_rows, max_len) if val_rows else val_rows)
 
 
 def packing_refusal(model: Any) -> str | None:

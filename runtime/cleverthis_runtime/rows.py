@@ -13,6 +13,9 @@ from typing import Any
 from .formats import decode
 from .tokenization import ensure_chat_template, tokenize_all, tokenize_rows
 
+#: Examples packed together by one best-fit pass (TRL packs each batch of its map on its own).
+PACK_BATCH = 10_000
+
 
 def lazy(tokenizer: Any, table: Any, max_len: int) -> Any:
     """The node's Arrow table of records (sources.py) as training rows, tokenized batch by batch as the
@@ -56,26 +59,36 @@ def _node_cache(cache_root: str | None) -> str:
     return root
 
 
-def _cached_map(table: Any, fn: Any, path: str, rank: int, what: str) -> Any:
-    """`table.map(fn)` into `path` once per node: the first worker to get the lock writes it, the others (and later
-    jobs with the same data and tokenizer) open it memory-mapped. Each worker says on its log which it did."""
+def _cached(path: str, build: Any, made: str, read: str) -> Any:
+    """The Arrow file `build(tmp_path)` writes, once per node: the first worker to get the lock writes it, the
+    others (and later jobs with the same data and tokenizer) open it memory-mapped. Each worker says on its log
+    which it did (`made` or `read`, formatted with the row count)."""
     import datasets
     from filelock import FileLock
 
     with FileLock(path + ".lock"):
         if os.path.exists(path):
             out = datasets.Dataset.from_file(path)
-            print(f"worker {rank}: read {len(out)} tokenized {what} from this node's cache", flush=True)
+            print(read.format(n=len(out)), flush=True)
             return out
         tmp = f"{path}.{os.getpid()}.tmp"
         datasets.disable_progress_bars()  # the job log says what was done, below
-        out = table.map(fn, batched=True, batch_size=1000, remove_columns=table.column_names, cache_file_name=tmp,
-                        load_from_cache_file=False, desc=None)
-        del out
+        build(tmp)
         os.replace(tmp, path)
         out = datasets.Dataset.from_file(path)
-        print(f"worker {rank}: tokenized {len(out)} {what} (cached for this node)", flush=True)
+        print(made.format(n=len(out)), flush=True)
         return out
+
+
+def _cached_map(table: Any, fn: Any, path: str, rank: int, what: str) -> Any:
+    """`table.map(fn)` (batched) into `path`, once per node (`_cached`)."""
+
+    def build(tmp: str) -> None:
+        table.map(fn, batched=True, batch_size=1000, remove_columns=table.column_names, cache_file_name=tmp,
+                  load_from_cache_file=False)
+
+    return _cached(path, build, f"worker {rank}: tokenized {{n}} {what} (cached for this node)",
+                   f"worker {rank}: read {{n}} tokenized {what} from this node's cache")
 
 
 def _table_file(table: Any) -> str:
@@ -103,6 +116,25 @@ def tokenized(tokenizer: Any, table: Any, max_len: int, *, rank: int = 0, cache_
 
     key = _tokenizer_key(tokenizer, "rows", str(max_len), _table_file(table))
     return _cached_map(table, fn, os.path.join(_node_cache(cache_root), f"{key}.arrow"), rank, "examples")
+
+
+def packed(tokenizer: Any, table: Any, max_len: int, *, rank: int = 0, cache_root: str | None = None) -> Any:
+    """Conversations tokenized once per node, then packed several to a row of at most max_len tokens by TRL's
+    best-fit-decreasing `pack_dataset` (Arrow throughout: 100,000 examples pack in 1.5 s here, where a Python
+    best fit took 51 s). Each row keeps its examples' `seq_lengths`, from which `PackedCollator` makes the
+    position ids that keep them apart."""
+    from trl import pack_dataset
+
+    rows = tokenized(tokenizer, table, max_len, rank=rank, cache_root=cache_root)
+    key = _tokenizer_key(tokenizer, "packed", str(max_len), _table_file(rows))
+
+    def build(tmp: str) -> None:
+        pack_dataset(rows, max_len, strategy="bfd",
+                     map_kwargs={"batch_size": PACK_BATCH, "cache_file_name": tmp, "load_from_cache_file": False})
+
+    return _cached(os.path.join(_node_cache(cache_root), f"{key}.arrow"), build,
+                   f"worker {rank}: packed {len(rows)} examples into {{n}} rows (cached for this node)",
+                   f"worker {rank}: read {{n}} packed rows from this node's cache")
 
 
 def text_blocks(tokenizer: Any, table: Any, max_len: int, *, rank: int = 0, cache_root: str | None = None) -> Any:

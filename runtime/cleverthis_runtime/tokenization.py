@@ -1,6 +1,6 @@
 """Tokenizing for the torch runtime: chat templates, the loss on assistant tokens only (the template's
 generation markers where it has them, else the assistant turns' spans), completions and raw text, one batched call
-for fast tokenizers, and packing several examples per row. Training rows over the node's Arrow tables: rows.py.
+for fast tokenizers, and the collator of packed rows (TRL packs them: rows.py). Training rows over the node's Arrow tables: rows.py.
 """
 
 from __future__ import annotations
@@ -311,56 +311,31 @@ def _first_token_at(encoding: Any, char: int) -> int:
     return t if encoding.token_to_chars(t)[0] >= char else t + 1
 
 
-def pack_rows(rows: list[dict[str, list[int]]], max_len: int) -> list[dict[str, list[int]]]:
-    """Best-fit-decreasing packing of tokenized examples into rows of at most max_len tokens.
-
-    Each packed row keeps `position_ids` restarting at 0 for every example: transformers then builds a
-    block-diagonal causal mask (no attention_mask, no cache), so packed examples never attend to each other.
-    The first label of every example is masked so no token is predicted across an example boundary.
-    """
-    order = sorted(range(len(rows)), key=lambda i: len(rows[i]["input_ids"]), reverse=True)
-    bins: list[list[int]] = []
-    space: list[int] = []
-    for i in order:
-        n = min(len(rows[i]["input_ids"]), max_len)
-        best = -1
-        for b, free in enumerate(space):  # the fullest bin that still fits
-            if free >= n and (best < 0 or free < space[best]):
-                best = b
-        if best < 0:
-            bins.append([i])
-            space.append(max_len - n)
-        else:
-            bins[best].append(i)
-            space[best] -= n
-    packed = []
-    for members in bins:
-        ids: list[int] = []
-        labels: list[int] = []
-        pos: list[int] = []
-        for i in members:
-            r_ids, r_lab = rows[i]["input_ids"][:max_len], rows[i]["labels"][:max_len]
-            ids.extend(r_ids)
-            labels.extend([-100, *r_lab[1:]])
-            pos.extend(range(len(r_ids)))
-        packed.append({"input_ids": ids, "labels": labels, "position_ids": pos})
-    return packed
-
-
 class PackedCollator:
-    """Pads packed rows to the longest in the batch; sends position_ids and no attention_mask."""
+    """Pads packed rows to the longest in the batch; sends position_ids and no attention_mask, so transformers
+    builds a block-diagonal causal mask and packed examples never attend to each other.
+
+    A row comes from TRL's `pack_dataset` (its `seq_lengths`: the length of each example in it), or holds its own
+    `position_ids` (raw-text blocks). Position ids restart at each example, and each example's first label is
+    masked: nothing in its own example predicts it."""
 
     def __init__(self, pad_token_id: int) -> None:
         self.pad = pad_token_id
 
-    def __call__(self, features: list[dict[str, list[int]]]) -> dict[str, Any]:
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
         import torch
 
         width = max(len(f["input_ids"]) for f in features)
         ids, labels, pos = [], [], []
         for f in features:
+            row_labels, row_pos = list(f["labels"]), f.get("position_ids")
+            if row_pos is None:
+                row_pos = []
+                for n in f["seq_lengths"]:
+                    row_labels[len(row_pos)] = -100
+                    row_pos.extend(range(n))
             gap = width - len(f["input_ids"])
             ids.append(list(f["input_ids"]) + [self.pad] * gap)
-            labels.append(list(f["labels"]) + [-100] * gap)
-            pos.append(list(f["position_ids"]) + list(range(gap)))  # padding is its own isolated "example"
+            labels.append(row_labels + [-100] * gap)
+            pos.append(list(row_pos) + list(range(gap)))  # padding is its own isolated "example"
         return {"input_ids": torch.tensor(ids), "labels": torch.tensor(labels), "position_ids": torch.tensor(pos)}

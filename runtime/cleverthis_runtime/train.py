@@ -26,7 +26,7 @@ from typing import Any
 from . import checkpoints, compat, lora_targets, methods, parallel, pipeline, strategies, templates
 from .callbacks import EventsAndCheckpoints, Patience, tracking_locations
 from .control import WorkerControl, worker_entry
-from .data import approximate_lengths, lazy, text_blocks, tokenized
+from .data import approximate_lengths, lazy, packed, text_blocks
 from .inputs import WorkerInputs
 from .monitoring import RayMetrics, Utilisation
 from .plan import Device, PlanError, make_plan, start_of
@@ -86,8 +86,7 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
     model, plan = _planned_model(inp, model, template, torch)
     inp.emit("phase", phase="loading_data")  # the rows: tokenized here where packing or raw text needs it
     inp.make_rows(lambda train, val: _rows(inp, tokenizer, plan, train, val))
-    if plan.batching == "packed" and inp.dataset.kind != "text":  # several examples per row (methods.py)
-        inp.train_rows, inp.val_rows = methods.pack(inp.train_rows, inp.val_rows, tc.max_seq_length)
+    if plan.batching == "packed" and inp.dataset.kind != "text":  # several examples per row (rows.packed)
         inp.emit("packing", rows=len(inp.train_rows), validation_rows=len(inp.val_rows),
                  max_seq_length=tc.max_seq_length)
     resume = _resume_mode(inp, total_batch, plan)
@@ -163,15 +162,15 @@ def _load_tokenizer(inp: WorkerInputs) -> tuple[str | None, Any, tuple[str, str]
 
 
 def _rows(inp: WorkerInputs, tokenizer: Any, plan: Any, train: Any, val: Any) -> tuple[Any, Any, int | None, str]:
-    """The training rows from the node's Arrow tables: raw text cut into blocks, conversations tokenized up front
-    for packing (which needs every length first), else tokenized lazily, batch by batch, as the Trainer reads
+    """The training rows from the node's Arrow tables: raw text cut into blocks, conversations tokenized and packed
+    up front (packing needs every length first), else tokenized lazily, batch by batch, as the Trainer reads
     them (nothing held in memory: the dataset's size does not matter)."""
     max_len, rank = inp.tc.max_seq_length, inp.rank
     if inp.dataset is not None and inp.dataset.kind == "text":
         blocks = [text_blocks(tokenizer, t, max_len, rank=rank) if t is not None else None for t in (train, val)]
         return blocks[0], blocks[1], None, "blocks"
     if plan.batching == "packed":
-        rows = [tokenized(tokenizer, t, max_len, rank=rank).to_list() if t is not None else None for t in (train, val)]
+        rows = [packed(tokenizer, t, max_len, rank=rank) if t is not None else None for t in (train, val)]
         return rows[0], rows[1], None, "up front"
     return lazy(tokenizer, train, max_len), lazy(tokenizer, val, max_len) if val is not None else None, None, "lazily"
 

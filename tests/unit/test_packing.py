@@ -17,15 +17,26 @@ def tiny(tiny_arch):
     return tiny_arch
 
 
-def test_best_fit_packing_fills_rows_and_restarts_positions():
-    from cleverthis_runtime.data import pack_rows
+def _pack(rows: list[dict], max_len: int) -> list[dict]:
+    """Packed as the runtime packs (rows.packed): TRL's best-fit-decreasing pack_dataset."""
+    import datasets
+    from trl import pack_dataset
+
+    return pack_dataset(datasets.Dataset.from_list(rows), max_len, strategy="bfd").to_list()
+
+
+def test_best_fit_packing_fills_rows_and_the_collator_restarts_positions():
+    from cleverthis_runtime.data import PackedCollator
 
     rows = [{"input_ids": [1] * n, "labels": [2] * n} for n in (60, 50, 40, 30, 20, 10)]
-    packed = pack_rows(rows, 100)
-    assert [len(p["input_ids"]) for p in packed] == [100, 100, 10]  # 60+40, 50+30+20, 10
-    for p in packed:
-        starts = [i for i, x in enumerate(p["position_ids"]) if x == 0]
-        assert all(p["labels"][s] == -100 for s in starts)  # nothing predicted across a boundary
+    packed = _pack(rows, 100)
+    assert sorted(len(p["input_ids"]) for p in packed) == [10, 100, 100]  # 60+40, 50+30+20, 10
+    batch = PackedCollator(0)(packed)
+    for p, pos, labels in zip(packed, batch["position_ids"].tolist(), batch["labels"].tolist(), strict=True):
+        starts = [i for i, x in enumerate(pos[:len(p["input_ids"])]) if x == 0]
+        assert len(starts) == len(p["seq_lengths"])  # one restart per example
+        assert all(labels[s] == -100 for s in starts)  # nothing predicted across a boundary
+        assert sum(lab != -100 for lab in labels) == len(p["input_ids"]) - len(starts)
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
@@ -34,7 +45,7 @@ def test_packed_loss_equals_unpacked_loss(tiny, arch):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorForSeq2Seq
 
-    from cleverthis_runtime.data import PackedCollator, load_dataset, pack_rows, tokenize_all
+    from cleverthis_runtime.data import PackedCollator, load_dataset, tokenize_all
     from cleverthis_runtime.methods import packing_refusal
 
     tok = AutoTokenizer.from_pretrained(tiny(arch))
@@ -56,7 +67,7 @@ def test_packed_loss_equals_unpacked_loss(tiny, arch):
         for r in rows:  # one example at a time: no padding, no neighbours
             s, n = summed_loss(pad([dict(r)]))
             ref_sum, ref_n = ref_sum + s, ref_n + n
-        packed = pack_rows(rows, 256)
+        packed = _pack(rows, 256)
         assert len(packed) < len(rows)
         batch = PackedCollator(tok.pad_token_id)(packed)
         assert "attention_mask" not in batch
