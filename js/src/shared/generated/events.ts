@@ -163,6 +163,7 @@ export interface DatasetEvent {
   };
   examples: number;
   validation_examples?: number;
+  rows?: number | null;
   truncated?: number | null;
   max_seq_length?: number | null;
   tokenized?: string | null;
