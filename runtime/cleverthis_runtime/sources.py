@@ -24,7 +24,7 @@ import os
 import posixpath
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,9 @@ from .paths import (
 )
 
 EXTENSIONS = (".jsonl", ".json", ".parquet", ".csv", ".txt")
+#: One source of records: (its name in errors, its records as (number, record, raw line or None), "line" or "row"
+#: (what the number counts), its size in bytes for the progress).
+Part = tuple[str, Callable[[], Iterator[tuple[int, Any, "str | None"]]], str, int]
 #: Files that are not training records, beside the data.
 NOT_DATA = {"training_config.json", "dataset_info.json", "state.json", "dataset_dict.json"}
 CACHE_VERSION = "1"
@@ -83,19 +86,25 @@ def load(path: str, *, columns: dict[str, str] | None = None, progress: Any = No
             train = [str(p)]
             sibling = [f for f in _data_files(p.parent, recursive=False) if is_validation(f) and f != str(p)]
             val = sibling[:1] if not is_validation(str(p)) else []
-    key = _key(train + val, columns)
-    folder = os.path.join(cache_root(), key)
-    meta_file = os.path.join(folder, "meta.json")
+    return _node_copy(path, _key(train + val, columns), [_file_part(f) for f in train],
+                      [_file_part(f) for f in val], columns, progress, files=train)
+
+
+def _node_copy(path: str, key: str, train: list[Part], val: list[Part], columns: dict[str, str] | None,
+               progress: Any, files: list[str]) -> Dataset:
+    """The node's Arrow copy under `key`: written by the first reader (others wait for the lock), then opened
+    memory-mapped."""
+    import datasets
     from filelock import FileLock
 
+    folder = os.path.join(cache_root(), key)
+    meta_file = os.path.join(folder, "meta.json")
     os.makedirs(cache_root(), exist_ok=True)
     with FileLock(folder + ".lock"):
         if not os.path.exists(meta_file):
-            _build(folder, train, val, columns, progress)
+            _build(folder, train, val, columns, progress, files)
     with open(meta_file, encoding="utf-8") as f:
         meta = json.load(f)
-    import datasets
-
     train_ds = datasets.Dataset.from_file(os.path.join(folder, "train.arrow"))
     val_ds = datasets.Dataset.from_file(os.path.join(folder, "validation.arrow")) if meta["validation"] else None
     return Dataset(path=path, format=meta["format"], train=train_ds, validation=val_ds, files=meta["files"],
@@ -319,30 +328,32 @@ def _text(path: str) -> Iterator[tuple[int, Any, str | None]]:
                 yield lineno, {"text": text}, None
 
 
-def _where(path: str, n: int) -> str:
-    ext = posixpath.splitext(path)[1].lower()
-    return f"{path} row {n}" if ext == ".parquet" else f"{path} line {n}"
+def _file_part(path: str) -> Part:
+    unit = "row" if posixpath.splitext(path)[1].lower() == ".parquet" else "line"
+    return path, lambda: _rows(path), unit, _size(path)
 
 
 # -- writing the node's copy ------------------------------------------------------------------------------------
-def _build(folder: str, train: list[str], val: list[str], columns: dict[str, str] | None, progress: Any) -> None:
+def _build(folder: str, train: list[Part], val: list[Part], columns: dict[str, str] | None, progress: Any,
+           files: list[str]) -> None:
+    """Check every record and write the copy into a temporary folder, renamed into place once complete: a bad
+    record leaves nothing behind."""
     import shutil
 
     tmp = f"{folder}.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     try:
-        total = sum(_size(f) for f in train + val)
-        tracker = _Progress(progress, total)
+        tracker = _Progress(progress, sum(part[3] for part in train + val))
         formats, kind = _write(os.path.join(tmp, "train.arrow"), train, columns, tracker, None)
         if not formats:
-            raise DatasetError(f"{train[0] if len(train) == 1 else 'the dataset'}: no records (empty file)")
+            raise DatasetError(f"{train[0][0] if len(train) == 1 else 'the dataset'}: no records (empty file)")
         val_formats: Counter[str] = Counter()
         if val:
             val_formats, _ = _write(os.path.join(tmp, "validation.arrow"), val, columns, tracker, kind)
-        main = formats.most_common(1)[0][0]
-        meta = {"format": main, "formats": dict(formats), "files": train, "validation": val,
-                "validation_formats": dict(val_formats), "examples": sum(formats.values())}
+        meta = {"format": formats.most_common(1)[0][0], "formats": dict(formats), "files": files,
+                "validation": [part[0] for part in val], "validation_formats": dict(val_formats),
+                "examples": sum(formats.values())}
         with open(os.path.join(tmp, "meta.json"), "w", encoding="utf-8") as f:
             json.dump(meta, f)
         os.replace(tmp, folder)
@@ -368,9 +379,9 @@ def _schema() -> Any:
                       ("line", pa.int64())])
 
 
-def _write(out: str, files: list[str], columns: dict[str, str] | None, tracker: _Progress,
+def _write(out: str, parts: list[Part], columns: dict[str, str] | None, tracker: _Progress,
            kind: str | None) -> tuple[Counter[str], str | None]:
-    """Every record of `files` into one Arrow file (the format `datasets` memory-maps); (formats, kind)."""
+    """Every record of `parts` into one Arrow file (the format `datasets` memory-maps); (formats, kind)."""
     import pyarrow as pa
 
     schema = _schema()
@@ -386,9 +397,9 @@ def _write(out: str, files: list[str], columns: dict[str, str] | None, tracker: 
                 for v in cols.values():
                     v.clear()
 
-        for index, path in enumerate(files):
-            for n, rec, raw in _rows(path):
-                where = _where(path, n)
+        for index, (name, rows, unit, size) in enumerate(parts):
+            for n, rec, raw in rows():
+                where = f"{name} {unit} {n}"
                 try:
                     rec = records.apply_columns(rec, columns)
                     fmt = records.detect(rec, where)
@@ -400,17 +411,18 @@ def _write(out: str, files: list[str], columns: dict[str, str] | None, tracker: 
                                            "one dataset trains either conversations, raw text or token ids")
                     first.setdefault(k, where)
                 except DatasetError as e:
-                    if posixpath.splitext(path)[1].lower() != ".parquet":  # a parquet row has no line
-                        e.locate(path, n, raw if raw is not None else json.dumps(rec, ensure_ascii=False))
+                    if unit == "line":  # a row of a table has no line to show
+                        e.locate(name, n, raw if raw is not None else json.dumps(rec, ensure_ascii=False))
                     raise
                 formats[fmt] += 1
-                cols["record"].append(raw if raw is not None and not columns else json.dumps(rec, ensure_ascii=False))
+                cols["record"].append(raw if raw is not None and not columns
+                                      else json.dumps(rec, ensure_ascii=False, default=str))
                 cols["format"].append(fmt)
                 cols["file"].append(index)
                 cols["line"].append(n)
                 if len(cols["record"]) >= BATCH:
                     flush()
-            tracker.done += _size(path)
+            tracker.done += size
         flush()
     return formats, kind
 
@@ -434,58 +446,19 @@ def _saved(path: str, columns: dict[str, str] | None) -> Dataset:
 
 
 def _saved_records(path: str, train: Any, val: Any, columns: dict[str, str] | None) -> Dataset:
-    """A saved dataset of records: re-read into the node's record cache (one pass, keyed by its fingerprint)."""
-    import datasets
-
+    """A saved dataset of records: read into the node's copy like a file's rows (keyed by its fingerprint)."""
     key = hashlib.sha256(f"{CACHE_VERSION}\0{train._fingerprint}\0{val._fingerprint if val else ''}\0"
                          f"{json.dumps(columns or {}, sort_keys=True)}".encode()).hexdigest()[:32]
-    folder = os.path.join(cache_root(), key)
-    from filelock import FileLock
-
-    os.makedirs(cache_root(), exist_ok=True)
-    with FileLock(folder + ".lock"):
-        if not os.path.exists(os.path.join(folder, "meta.json")):
-            tmp = f"{folder}.{os.getpid()}.tmp"
-            os.makedirs(tmp, exist_ok=True)
-            formats = _write_saved(os.path.join(tmp, "train.arrow"), path, train, columns)
-            if val is not None:
-                _write_saved(os.path.join(tmp, "validation.arrow"), path, val, columns)
-            with open(os.path.join(tmp, "meta.json"), "w", encoding="utf-8") as f:
-                json.dump({"format": formats.most_common(1)[0][0], "formats": dict(formats), "files": [path],
-                           "validation": val is not None}, f)
-            os.replace(tmp, folder)
-    with open(os.path.join(folder, "meta.json"), encoding="utf-8") as f:
-        meta = json.load(f)
-    return Dataset(path=path, format=meta["format"], formats=meta["formats"], files=[],
-                   train=datasets.Dataset.from_file(os.path.join(folder, "train.arrow")),
-                   validation=datasets.Dataset.from_file(os.path.join(folder, "validation.arrow"))
-                   if meta["validation"] else None)
+    parts = [(path, lambda: _table_rows(train), "row", 0)]
+    val_parts = [(f"{path} (validation)", lambda: _table_rows(val), "row", 0)] if val is not None else []
+    return _node_copy(path, key, parts, val_parts, columns, None, files=[])
 
 
-def _write_saved(out: str, path: str, table: Any, columns: dict[str, str] | None) -> Counter[str]:
-    import pyarrow as pa
-
-    schema = _schema()
-    formats: Counter[str] = Counter()
-    kind = None
-    with pa.OSFile(out, "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
-        row = 0
-        for batch in table.iter(batch_size=BATCH):
-            keys = list(batch)
-            recs, fmts = [], []
-            for i in range(len(batch[keys[0]])):
-                rec = records.apply_columns({k: batch[k][i] for k in keys}, columns)
-                where = f"{path} row {row}"
-                fmt = records.detect(rec, where)
-                kind = kind or records.kind(fmt)
-                if records.kind(fmt) != kind:
-                    raise DatasetError(f"{where}: mixes formats ({fmt} among {kind} records)")
-                formats[fmt] += 1
-                recs.append(json.dumps(rec, ensure_ascii=False, default=str))
-                fmts.append(fmt)
-                row += 1
-            n = len(recs)
-            writer.write_batch(pa.record_batch([pa.array(recs, pa.large_string()), pa.array(fmts, pa.string()),
-                                                pa.array([0] * n, pa.int32()),
-                                                pa.array(range(row - n, row), pa.int64())], schema=schema))
-    return formats
+def _table_rows(table: Any) -> Iterator[tuple[int, Any, str | None]]:
+    """The rows of a `datasets.Dataset`, numbered from 0 as `datasets` numbers them."""
+    row = 0
+    for batch in table.iter(batch_size=BATCH):
+        keys = list(batch)
+        for i in range(len(batch[keys[0]]) if keys else 0):
+            yield row, {k: batch[k][i] for k in keys}, None
+            row += 1

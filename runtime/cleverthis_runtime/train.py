@@ -168,6 +168,8 @@ def _rows(inp: WorkerInputs, tokenizer: Any, plan: Any, train: Any, val: Any) ->
     max_len, rank = inp.tc.max_seq_length, inp.rank
     if inp.dataset is not None and inp.dataset.kind == "text":
         blocks = [text_blocks(tokenizer, t, max_len, rank=rank) if t is not None else None for t in (train, val)]
+        if plan.batching != "packed":  # a model that cannot keep documents apart gets plain blocks, padded
+            blocks = [b.remove_columns("position_ids") if b is not None else None for b in blocks]
         return blocks[0], blocks[1], None, "blocks"
     if plan.batching == "packed":
         rows = [packed(tokenizer, t, max_len, rank=rank) if t is not None else None for t in (train, val)]

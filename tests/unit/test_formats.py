@@ -215,3 +215,33 @@ def test_raw_text_blocks(tmp_path, tok):
     # nothing predicts a document's first token (nor a block's first, which the shifted loss never reads)
     for b in blocks:
         assert [lab == -100 for lab in b["labels"]] == [p == 0 for p in b["position_ids"]]
+
+
+@pytest.mark.parametrize("arch,batching", [("llama", "packed"), ("gpt2", "packed"), ("llama", "padded")])
+def test_pretraining_on_raw_text_in_this_process(tmp_path, tiny_arch, arch, batching, capsys, monkeypatch):
+    """train.run (a worker's code, world size 1) on raw text from scratch: every tested family keeps documents
+    apart by position_ids; a model that cannot (an ALiBi model: here Llama told so) trains on plain padded blocks."""
+    from cleverthis_runtime import checkpoints, methods
+
+    if batching == "padded":
+        monkeypatch.setattr(methods, "packing_refusal", lambda model: "packing needs position_ids; it uses ALiBi")
+    from cleverthis_runtime.spec import JobSpec, TrainingConfig
+    from cleverthis_runtime.train import run
+
+    corpus = write_corpus(tmp_path / "corpus", docs=48)
+    out = tmp_path / "ck"
+    spec = JobSpec(name="pt", base_model=tiny_arch(arch), dataset_path=str(corpus), job_type="train", epochs=1,
+                   batch_size=4, workers=1, output_dir=str(out))
+    checkpoints.claim(str(out), "pt")
+    tc = TrainingConfig.model_validate({"method": "full", "max_seq_length": 48, "report_to": ["none"],
+                                        "validation_split": 0.1})
+    r = run({"spec": spec.model_dump(mode="json"), "training_config": tc.model_dump(mode="json"),
+             "checkpoint_dir": str(out), "job": "pt"})
+    assert r["global_step"] > 0
+    evs = [json.loads(ln.split(" ", 1)[1]) for ln in capsys.readouterr().out.splitlines()
+           if ln.startswith("@@cleverthis-event ")]
+    plan = next(e for e in evs if e["type"] == "plan")
+    ds = next(e for e in evs if e["type"] == "dataset")
+    assert plan["start"] == "scratch" and plan["batching"] == batching
+    assert ds["examples"] == 44 and ds["validation_examples"] == 4 and ds["tokenized"] == "blocks"
+    assert any(e["type"] == "validation" for e in evs)
