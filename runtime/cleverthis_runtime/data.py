@@ -86,6 +86,8 @@ def detect_record_format(rec: Any, where: str) -> str:
     return records.detect(rec, where)
 
 
-def load_dataset(dataset_path: str, columns: dict[str, str] | None = None, progress: Any = None) -> Dataset:
-    """The dataset at `dataset_path`, read once per node into memory-mapped Arrow (sources.py)."""
-    return sources.load(dataset_path, columns=columns, progress=progress)
+def load_dataset(dataset_path: str, columns: dict[str, str] | None = None, progress: Any = None,
+                 limit: int | None = None) -> Dataset:
+    """The dataset at `dataset_path`, read once per node into memory-mapped Arrow (sources.py); with `limit`, its
+    first records only, checked the same way."""
+    return sources.load(dataset_path, columns=columns, progress=progress, limit=limit)

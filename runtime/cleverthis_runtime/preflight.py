@@ -20,6 +20,11 @@ from .data import DatasetError, default_checkpoint_dir, exists, is_remote, load_
 from .spec import JobSpec, TrainingConfig, error_list, merge_training_config, parallelism_problem
 
 
+#: Records create's quick check reads (its time must not grow with the dataset); the driver checks them all before
+#: any worker starts, and the full pre-flight (the form's button, `plan`) checks them all too.
+QUICK_RECORDS = 10_000
+
+
 def preflight(spec: JobSpec, *, quick: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"errors": [], "warnings": []}
 
@@ -46,8 +51,9 @@ def preflight(spec: JobSpec, *, quick: bool = False) -> dict[str, Any]:
             except ValidationError as e:
                 for x in error_list(e):
                     err(f"training_config.{x['field']}".rstrip("."), f"{cfg_path or 'training_config'}: {x['message']}")
-            ds = load_dataset(spec.dataset_path, tc.columns if tc is not None else None, _progress)
-            out["dataset"] = {"format": ds.format, "formats": ds.formats, "examples": len(ds),
+            ds = load_dataset(spec.dataset_path, tc.columns if tc is not None else None, _progress,
+                              limit=QUICK_RECORDS if quick else None)
+            out["dataset"] = None if quick else {"format": ds.format, "formats": ds.formats, "examples": len(ds),
                               "validation_examples": len(ds.validation) if ds.validation is not None else 0,
                               "files": ds.files}
         except DatasetError as e:

@@ -62,14 +62,16 @@ def is_validation(name: str) -> bool:
     return stem in ("validation", "val", "valid", "dev") or stem.startswith(("validation-", "validation_"))
 
 
-def load(path: str, *, columns: dict[str, str] | None = None, progress: Any = None) -> Dataset:
+def load(path: str, *, columns: dict[str, str] | None = None, progress: Any = None,
+         limit: int | None = None) -> Dataset:
     """The dataset at `path` (DatasetError names what is wrong); `progress(rows, done_bytes, total_bytes)` is
-    called every few seconds of a first read."""
+    called every few seconds of a first read. `limit`: check only the first records, without the node's copy
+    (create's quick check: its time does not grow with the dataset; the job's driver checks every record)."""
     if is_remote(path):
         path = path.rstrip("/")
         found = _remote_files(path)
         if found is None:
-            return _saved(path, columns)
+            return _saved(path, columns, limit)
         train, val = found
     else:
         p = Path(path)
@@ -79,15 +81,42 @@ def load(path: str, *, columns: dict[str, str] | None = None, progress: Any = No
                 raise DatasetError(f"dataset path {path} does not exist on this node")
             train, val = _files_in(Path(hub), path, recursive=True)
         elif is_arrow_dir(p):
-            return _saved(str(p), columns)
+            return _saved(str(p), columns, limit)
         elif p.is_dir():
             train, val = _files_in(p, path, recursive=False)
         else:
             train = [str(p)]
             sibling = [f for f in _data_files(p.parent, recursive=False) if is_validation(f) and f != str(p)]
             val = sibling[:1] if not is_validation(str(p)) else []
-    return _node_copy(path, _key(train + val, columns), [_file_part(f) for f in train],
-                      [_file_part(f) for f in val], columns, progress, files=train)
+    parts, val_parts = [_file_part(f) for f in train], [_file_part(f) for f in val]
+    if limit is not None:
+        return _sample(path, parts, val_parts, columns, limit, files=train)
+    return _node_copy(path, _key(train + val, columns), parts, val_parts, columns, progress, files=train)
+
+
+def _sample(path: str, parts: list[Part], val_parts: list[Part], columns: dict[str, str] | None, limit: int,
+            files: list[str]) -> Dataset:
+    """The first `limit` records (and validation records), checked as a full read checks them, in private
+    temporary Arrow files."""
+    import shutil
+    import tempfile
+
+    import datasets
+
+    tmp = tempfile.mkdtemp(prefix="cleverthis-sample-")
+    try:
+        formats, kind = _write(os.path.join(tmp, "train.arrow"), parts, columns, _Progress(None, 0), None, limit)
+        if not formats:
+            raise DatasetError(f"{parts[0][0] if len(parts) == 1 else 'the dataset'}: no records (empty file)")
+        val = None
+        if val_parts:
+            _write(os.path.join(tmp, "validation.arrow"), val_parts, columns, _Progress(None, 0), kind, limit)
+            val = datasets.Dataset.from_file(os.path.join(tmp, "validation.arrow"), in_memory=True)
+        table = datasets.Dataset.from_file(os.path.join(tmp, "train.arrow"), in_memory=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return Dataset(path=path, format=formats.most_common(1)[0][0], train=table, validation=val, files=files,
+                   formats=dict(formats))
 
 
 def _node_copy(path: str, key: str, train: list[Part], val: list[Part], columns: dict[str, str] | None,
@@ -380,8 +409,9 @@ def _schema() -> Any:
 
 
 def _write(out: str, parts: list[Part], columns: dict[str, str] | None, tracker: _Progress,
-           kind: str | None) -> tuple[Counter[str], str | None]:
-    """Every record of `parts` into one Arrow file (the format `datasets` memory-maps); (formats, kind)."""
+           kind: str | None, limit: int | None = None) -> tuple[Counter[str], str | None]:
+    """Every record of `parts` (or the first `limit`) into one Arrow file (the format `datasets` memory-maps);
+    (formats, kind)."""
     import pyarrow as pa
 
     schema = _schema()
@@ -399,6 +429,8 @@ def _write(out: str, parts: list[Part], columns: dict[str, str] | None, tracker:
 
         for index, (name, rows, unit, size) in enumerate(parts):
             for n, rec, raw in rows():
+                if limit is not None and sum(formats.values()) >= limit:
+                    break
                 where = f"{name} {unit} {n}"
                 try:
                     rec = records.apply_columns(rec, columns)
@@ -427,7 +459,7 @@ def _write(out: str, parts: list[Part], columns: dict[str, str] | None, tracker:
     return formats, kind
 
 
-def _saved(path: str, columns: dict[str, str] | None) -> Dataset:
+def _saved(path: str, columns: dict[str, str] | None, limit: int | None = None) -> Dataset:
     """A `save_to_disk` folder: pre-tokenized rows are used as saved; records are checked and read like a file's."""
     import datasets
 
@@ -440,6 +472,8 @@ def _saved(path: str, columns: dict[str, str] | None) -> Dataset:
         train, val = ds, None
     if len(train) == 0:
         raise DatasetError(f"{path}: the saved dataset has no rows")
+    if limit is not None:
+        train, val = train.select(range(min(limit, len(train)))), None
     if "input_ids" in train.column_names:
         return Dataset(path=path, format=ARROW, train=train, validation=val, formats={ARROW: len(train)})
     return _saved_records(path, train, val, columns)

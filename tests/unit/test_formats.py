@@ -245,3 +245,17 @@ def test_pretraining_on_raw_text_in_this_process(tmp_path, tiny_arch, arch, batc
     assert plan["start"] == "scratch" and plan["batching"] == batching
     assert ds["examples"] == 44 and ds["validation_examples"] == 4 and ds["tokenized"] == "blocks"
     assert any(e["type"] == "validation" for e in evs)
+
+
+def test_creates_quick_check_reads_the_first_records_only(tmp_path):
+    """Create's check (limit) stops after the first records and writes no node copy: a bad line further on is the
+    driver's to find (it checks every record before any worker starts), and the full pre-flight's."""
+    f = tmp_path / "d.jsonl"
+    good = json.dumps(INSTRUCTIONS[0]) + "\n"
+    f.write_text(good * 50 + '{"instruction": "x"}\n')
+    (tmp_path / "validation.jsonl").write_text(good * 3)
+    quick = load_dataset(str(f), limit=20)
+    assert len(quick) == 20 and quick.formats == {"instruction": 20} and len(quick.validation) == 3
+    assert not (tmp_path / "hf" / "cleverthis-data").exists()
+    with pytest.raises(DatasetError, match="line 51: alpaca format needs a string 'output'"):
+        load_dataset(str(f))
