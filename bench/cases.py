@@ -167,7 +167,6 @@ def _plain_trainer_tokens_per_s(model_path: str, data: Path, threads: int, batch
         AutoTokenizer,
         DataCollatorForSeq2Seq,
         Trainer,
-        TrainerCallback,
         TrainingArguments,
         set_seed,
     )
@@ -197,6 +196,20 @@ def _plain_trainer_tokens_per_s(model_path: str, data: Path, threads: int, batch
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     model.config.use_cache = False
     rates: list[float] = []
+    args = TrainingArguments(output_dir=str(data / "plain-out"), per_device_train_batch_size=batch,
+                             num_train_epochs=1, learning_rate=1e-4, logging_steps=1, save_strategy="no",
+                             report_to="none", use_cpu=True, disable_tqdm=True, seed=42,
+                             dataloader_num_workers=0, remove_unused_columns=False,
+                             include_num_input_tokens_seen="non_padding",
+                             train_sampling_strategy="group_by_length" if mode == "grouped" else "random")
+    trainer_class(model=model, args=args, train_dataset=Dataset.from_list(rows), data_collator=collator,
+                  callbacks=[_rate_callback(rates, losses)]).train()
+    return rates
+
+
+def _rate_callback(rates: list[float], losses: list[float] | None = None) -> Any:
+    """A Trainer callback appending each logged step's non-padding tokens/s to `rates` (and its loss to `losses`)."""
+    from transformers import TrainerCallback
 
     class Rate(TrainerCallback):
         last_t, last_n = 0.0, 0
@@ -211,15 +224,7 @@ def _plain_trainer_tokens_per_s(model_path: str, data: Path, threads: int, batch
             if losses is not None and logs and "loss" in logs:
                 losses.append(float(logs["loss"]))
 
-    args = TrainingArguments(output_dir=str(data / "plain-out"), per_device_train_batch_size=batch,
-                             num_train_epochs=1, learning_rate=1e-4, logging_steps=1, save_strategy="no",
-                             report_to="none", use_cpu=True, disable_tqdm=True, seed=42,
-                             dataloader_num_workers=0, remove_unused_columns=False,
-                             include_num_input_tokens_seen="non_padding",
-                             train_sampling_strategy="group_by_length" if mode == "grouped" else "random")
-    trainer_class(model=model, args=args, train_dataset=Dataset.from_list(rows), data_collator=collator,
-                  callbacks=[Rate()]).train()
-    return rates
+    return Rate()
 
 
 def _steady(rates: list[float], skip: int = 5) -> float:
@@ -650,7 +655,6 @@ def _plain_blocks_in_process(model_path: str, blocks_file: str) -> list[float]:
         AutoModelForCausalLM,
         AutoTokenizer,
         Trainer,
-        TrainerCallback,
         TrainingArguments,
         set_seed,
     )
@@ -663,24 +667,12 @@ def _plain_blocks_in_process(model_path: str, blocks_file: str) -> list[float]:
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     model.config.use_cache = False
     rates: list[float] = []
-
-    class Rate(TrainerCallback):
-        last_t, last_n = 0.0, 0
-
-        def on_train_begin(self, args, state, control, **kw):
-            self.last_t = time.time()
-
-        def on_log(self, args, state, control, logs=None, **kw):
-            now, n = time.time(), int(state.num_input_tokens_seen or 0)
-            rates.append((n - self.last_n) / max(now - self.last_t, 1e-9))
-            self.last_t, self.last_n = now, n
-
     args = TrainingArguments(output_dir=str(Path(blocks_file).parent / "plain-out"), per_device_train_batch_size=8,
                              num_train_epochs=1, learning_rate=1e-4, logging_steps=1, save_strategy="no",
                              report_to="none", use_cpu=True, disable_tqdm=True, seed=42, dataloader_num_workers=0,
                              remove_unused_columns=False, include_num_input_tokens_seen="non_padding")
     Trainer(model=model, args=args, train_dataset=datasets.Dataset.from_file(blocks_file),
-            data_collator=PackedCollator(tok.pad_token_id), callbacks=[Rate()]).train()
+            data_collator=PackedCollator(tok.pad_token_id), callbacks=[_rate_callback(rates)]).train()
     return rates
 
 
