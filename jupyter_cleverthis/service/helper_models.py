@@ -28,6 +28,7 @@ class DatasetFacts(BaseModel):
     examples: int
     validation_examples: int = 0
     files: list[str] = []
+    sampled: bool = False  # create's quick check: the counts are of the first records only
 
 
 class ChatTemplateChoice(BaseModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,17 +83,43 @@ class Dataset:
     """A dataset as the runtime reads it: memory-mapped Arrow tables on this node (sources.py), never the rows
     in Python lists. `train` and `validation` are `datasets.Dataset`s with the columns `record` (the record as
     JSON text, after training_config.columns), `format`, `file` (an index into `files`) and `line` (1-based; a
-    row number for parquet), or, for a saved pre-tokenized dataset (format arrow), its own columns."""
+    row number for parquet), or, for a saved pre-tokenized dataset (format arrow), its own columns.
+
+    The tables are opened on first use (`open_tables`): the driver and create's check need only the counts, and
+    opening them imports `datasets` (a second of CPU in every job's driver)."""
 
     path: str
     format: str
-    train: Any
-    validation: Any = None
+    examples: int
+    validation_examples: int | None = None  # None: the data has no validation set
     files: list[str] = field(default_factory=list)
     formats: dict[str, int] = field(default_factory=dict)  # records of each format (training data)
+    open_tables: Callable[[], tuple[Any, Any]] | None = field(default=None, repr=False)
+    _tables: tuple[Any, Any] | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, path: str, format: str, train: Any, validation: Any = None, **kw: Any) -> Dataset:
+        """A dataset whose tables are already open."""
+        return cls(path=path, format=format, examples=len(train),
+                   validation_examples=len(validation) if validation is not None else None,
+                   _tables=(train, validation), **kw)
+
+    @property
+    def train(self) -> Any:
+        return self._open()[0]
+
+    @property
+    def validation(self) -> Any:
+        return self._open()[1] if self.validation_examples is not None else None
+
+    def _open(self) -> tuple[Any, Any]:
+        if self._tables is None:
+            assert self.open_tables is not None
+            self._tables = self.open_tables()
+        return self._tables
 
     def __len__(self) -> int:
-        return len(self.train)
+        return self.examples
 
     @property
     def kind(self) -> str:

@@ -19,7 +19,6 @@ from .backend import backend_for
 from .data import DatasetError, default_checkpoint_dir, exists, is_remote, load_dataset, read_training_config
 from .spec import JobSpec, TrainingConfig, error_list, merge_training_config, parallelism_problem
 
-
 #: Records create's quick check reads (its time must not grow with the dataset); the driver checks them all before
 #: any worker starts, and the full pre-flight (the form's button, `plan`) checks them all too.
 QUICK_RECORDS = 10_000
@@ -53,14 +52,14 @@ def preflight(spec: JobSpec, *, quick: bool = False) -> dict[str, Any]:
                     err(f"training_config.{x['field']}".rstrip("."), f"{cfg_path or 'training_config'}: {x['message']}")
             ds = load_dataset(spec.dataset_path, tc.columns if tc is not None else None, _progress,
                               limit=QUICK_RECORDS if quick else None)
-            out["dataset"] = None if quick else {"format": ds.format, "formats": ds.formats, "examples": len(ds),
-                              "validation_examples": len(ds.validation) if ds.validation is not None else 0,
-                              "files": ds.files}
+            out["dataset"] = {"format": ds.format, "formats": ds.formats, "examples": len(ds),
+                              "validation_examples": ds.validation_examples or 0, "files": ds.files,
+                              "sampled": quick and len(ds) >= QUICK_RECORDS}
         except DatasetError as e:
             err("dataset_path", str(e), e.location())  # a bad line: its path, number and text too
     if tc is not None:
         out["training_config"] = tc.model_dump(mode="json")
-        if ds is not None and ds.validation is None and tc.validation_split == 0:
+        if ds is not None and ds.validation_examples is None and tc.validation_split == 0:
             for field in ("eval_steps", "early_stopping_patience"):
                 if getattr(tc, field) is not None:
                     err(f"training_config.{field}", f"{field} needs validation data: set validation_split "

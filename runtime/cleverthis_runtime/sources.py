@@ -47,7 +47,7 @@ EXTENSIONS = (".jsonl", ".json", ".parquet", ".csv", ".txt")
 Part = tuple[str, Callable[[], Iterator[tuple[int, Any, "str | None"]]], str, int]
 #: Files that are not training records, beside the data.
 NOT_DATA = {"training_config.json", "dataset_info.json", "state.json", "dataset_dict.json"}
-CACHE_VERSION = "1"
+CACHE_VERSION = "2"  # the layout of the copy and its meta.json
 BATCH = 20_000
 PROGRESS_EVERY_S = 5.0
 
@@ -96,34 +96,37 @@ def load(path: str, *, columns: dict[str, str] | None = None, progress: Any = No
 
 def _sample(path: str, parts: list[Part], val_parts: list[Part], columns: dict[str, str] | None, limit: int,
             files: list[str]) -> Dataset:
-    """The first `limit` records (and validation records), checked as a full read checks them, in private
-    temporary Arrow files."""
-    import shutil
-    import tempfile
+    """The first `limit` records (and validation records), checked as a full read checks them, kept in memory."""
+    kept: dict[str, dict[str, list[Any]]] = {"train": _columns(), "validation": _columns()}
 
-    import datasets
+    def keep(split: str) -> Callable[[dict[str, list[Any]]], None]:
+        def extend(batch: dict[str, list[Any]]) -> None:
+            for k, v in batch.items():
+                kept[split][k].extend(v)
 
-    tmp = tempfile.mkdtemp(prefix="cleverthis-sample-")
-    try:
-        formats, kind = _write(os.path.join(tmp, "train.arrow"), parts, columns, _Progress(None, 0), None, limit)
-        if not formats:
-            raise DatasetError(f"{parts[0][0] if len(parts) == 1 else 'the dataset'}: no records (empty file)")
-        val = None
-        if val_parts:
-            _write(os.path.join(tmp, "validation.arrow"), val_parts, columns, _Progress(None, 0), kind, limit)
-            val = datasets.Dataset.from_file(os.path.join(tmp, "validation.arrow"), in_memory=True)
-        table = datasets.Dataset.from_file(os.path.join(tmp, "train.arrow"), in_memory=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return Dataset(path=path, format=formats.most_common(1)[0][0], train=table, validation=val, files=files,
-                   formats=dict(formats))
+        return extend
+
+    formats, kind = _write(keep("train"), parts, columns, _Progress(None, 0), None, limit)
+    if not formats:
+        raise DatasetError(f"{parts[0][0] if len(parts) == 1 else 'the dataset'}: no records (empty file)")
+    if val_parts:
+        _write(keep("validation"), val_parts, columns, _Progress(None, 0), kind, limit)
+
+    def open_tables() -> tuple[Any, Any]:
+        import datasets
+
+        train = datasets.Dataset.from_dict(kept["train"])
+        return train, datasets.Dataset.from_dict(kept["validation"]) if val_parts else None
+
+    return Dataset(path=path, format=formats.most_common(1)[0][0], examples=len(kept["train"]["record"]),
+                   validation_examples=len(kept["validation"]["record"]) if val_parts else None, files=files,
+                   formats=dict(formats), open_tables=open_tables)
 
 
 def _node_copy(path: str, key: str, train: list[Part], val: list[Part], columns: dict[str, str] | None,
                progress: Any, files: list[str]) -> Dataset:
     """The node's Arrow copy under `key`: written by the first reader (others wait for the lock), then opened
     memory-mapped."""
-    import datasets
     from filelock import FileLock
 
     folder = os.path.join(cache_root(), key)
@@ -134,10 +137,17 @@ def _node_copy(path: str, key: str, train: list[Part], val: list[Part], columns:
             _build(folder, train, val, columns, progress, files)
     with open(meta_file, encoding="utf-8") as f:
         meta = json.load(f)
-    train_ds = datasets.Dataset.from_file(os.path.join(folder, "train.arrow"))
-    val_ds = datasets.Dataset.from_file(os.path.join(folder, "validation.arrow")) if meta["validation"] else None
-    return Dataset(path=path, format=meta["format"], train=train_ds, validation=val_ds, files=meta["files"],
-                   formats=meta["formats"])
+
+    def open_tables() -> tuple[Any, Any]:
+        import datasets
+
+        train_ds = datasets.Dataset.from_file(os.path.join(folder, "train.arrow"))
+        has_val = meta["validation_examples"] is not None
+        return train_ds, datasets.Dataset.from_file(os.path.join(folder, "validation.arrow")) if has_val else None
+
+    return Dataset(path=path, format=meta["format"], examples=meta["examples"],
+                   validation_examples=meta["validation_examples"], files=meta["files"], formats=meta["formats"],
+                   open_tables=open_tables)
 
 
 # -- which files ----------------------------------------------------------------------------------------------
@@ -374,15 +384,16 @@ def _build(folder: str, train: list[Part], val: list[Part], columns: dict[str, s
     os.makedirs(tmp)
     try:
         tracker = _Progress(progress, sum(part[3] for part in train + val))
-        formats, kind = _write(os.path.join(tmp, "train.arrow"), train, columns, tracker, None)
+        formats, kind = _to_file(os.path.join(tmp, "train.arrow"), train, columns, tracker, None)
         if not formats:
             raise DatasetError(f"{train[0][0] if len(train) == 1 else 'the dataset'}: no records (empty file)")
         val_formats: Counter[str] = Counter()
         if val:
-            val_formats, _ = _write(os.path.join(tmp, "validation.arrow"), val, columns, tracker, kind)
+            val_formats, _ = _to_file(os.path.join(tmp, "validation.arrow"), val, columns, tracker, kind)
         meta = {"format": formats.most_common(1)[0][0], "formats": dict(formats), "files": files,
                 "validation": [part[0] for part in val], "validation_formats": dict(val_formats),
-                "examples": sum(formats.values())}
+                "examples": sum(formats.values()),
+                "validation_examples": sum(val_formats.values()) if val else None}
         with open(os.path.join(tmp, "meta.json"), "w", encoding="utf-8") as f:
             json.dump(meta, f)
         os.replace(tmp, folder)
@@ -408,54 +419,68 @@ def _schema() -> Any:
                       ("line", pa.int64())])
 
 
-def _write(out: str, parts: list[Part], columns: dict[str, str] | None, tracker: _Progress,
-           kind: str | None, limit: int | None = None) -> tuple[Counter[str], str | None]:
-    """Every record of `parts` (or the first `limit`) into one Arrow file (the format `datasets` memory-maps);
-    (formats, kind)."""
+def _columns() -> dict[str, list[Any]]:
+    return {"record": [], "format": [], "file": [], "line": []}
+
+
+def _to_file(out: str, parts: list[Part], columns: dict[str, str] | None, tracker: _Progress,
+             kind: str | None) -> tuple[Counter[str], str | None]:
+    """Every record of `parts` into one Arrow file (the format `datasets` memory-maps); (formats, kind)."""
     import pyarrow as pa
 
     schema = _schema()
+    with pa.OSFile(out, "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+        def write(batch: dict[str, list[Any]]) -> None:
+            writer.write_batch(pa.record_batch([pa.array(batch[k], type=schema.field(k).type) for k in batch],
+                                               schema=schema))
+
+        return _write(write, parts, columns, tracker, kind)
+
+
+def _write(emit: Callable[[dict[str, list[Any]]], None], parts: list[Part], columns: dict[str, str] | None,
+           tracker: _Progress, kind: str | None, limit: int | None = None) -> tuple[Counter[str], str | None]:
+    """Check every record of `parts` (or the first `limit`) and hand them to `emit` in batches of columns
+    (`_columns`); (formats, kind). A defect raises DatasetError naming the file and line, or the row."""
     formats: Counter[str] = Counter()
     first: dict[str, str] = {}  # kind -> where it was first seen
-    cols: dict[str, list[Any]] = {"record": [], "format": [], "file": [], "line": []}
-    with pa.OSFile(out, "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
-        def flush() -> None:
-            if cols["record"]:
-                writer.write_batch(pa.record_batch([pa.array(cols[k], type=schema.field(k).type) for k in cols],
-                                                   schema=schema))
-                tracker.tick(len(cols["record"]))
-                for v in cols.values():
-                    v.clear()
+    cols = _columns()
 
-        for index, (name, rows, unit, size) in enumerate(parts):
-            for n, rec, raw in rows():
-                if limit is not None and sum(formats.values()) >= limit:
-                    break
-                where = f"{name} {unit} {n}"
-                try:
-                    rec = records.apply_columns(rec, columns)
-                    fmt = records.detect(rec, where)
-                    k = records.kind(fmt)
-                    kind = kind or k
-                    if k != kind:
-                        seen = first.get(kind, "the training data")
-                        raise DatasetError(f"{where}: a {fmt} record ({k}) among {kind} records (first at {seen}): "
-                                           "one dataset trains either conversations, raw text or token ids")
-                    first.setdefault(k, where)
-                except DatasetError as e:
-                    if unit == "line":  # a row of a table has no line to show
-                        e.locate(name, n, raw if raw is not None else json.dumps(rec, ensure_ascii=False))
-                    raise
-                formats[fmt] += 1
-                cols["record"].append(raw if raw is not None and not columns
-                                      else json.dumps(rec, ensure_ascii=False, default=str))
-                cols["format"].append(fmt)
-                cols["file"].append(index)
-                cols["line"].append(n)
-                if len(cols["record"]) >= BATCH:
-                    flush()
-            tracker.done += size
-        flush()
+    def flush() -> None:
+        if cols["record"]:
+            emit(cols)
+            tracker.tick(len(cols["record"]))
+            for v in cols.values():
+                v.clear()
+
+    for index, (name, rows, unit, size) in enumerate(parts):
+        for n, rec, raw in rows():
+            if limit is not None and sum(formats.values()) >= limit:
+                break
+            where = f"{name} {unit} {n}"
+            try:
+                rec = records.apply_columns(rec, columns)
+                fmt = records.detect(rec, where)
+                k = records.kind(fmt)
+                kind = kind or k
+                if k != kind:
+                    seen = first.get(kind, "the training data")
+                    raise DatasetError(f"{where}: a {fmt} record ({k}) among {kind} records (first at {seen}): "
+                                       "one dataset trains either conversations, raw text or token ids")
+                first.setdefault(k, where)
+            except DatasetError as e:
+                if unit == "line":  # a row of a table has no line to show
+                    e.locate(name, n, raw if raw is not None else json.dumps(rec, ensure_ascii=False))
+                raise
+            formats[fmt] += 1
+            cols["record"].append(raw if raw is not None and not columns
+                                  else json.dumps(rec, ensure_ascii=False, default=str))
+            cols["format"].append(fmt)
+            cols["file"].append(index)
+            cols["line"].append(n)
+            if len(cols["record"]) >= BATCH:
+                flush()
+        tracker.done += size
+    flush()
     return formats, kind
 
 
@@ -475,7 +500,7 @@ def _saved(path: str, columns: dict[str, str] | None, limit: int | None = None) 
     if limit is not None:
         train, val = train.select(range(min(limit, len(train)))), None
     if "input_ids" in train.column_names:
-        return Dataset(path=path, format=ARROW, train=train, validation=val, formats={ARROW: len(train)})
+        return Dataset.of(path, ARROW, train, val, formats={ARROW: len(train)})
     return _saved_records(path, train, val, columns)
 
 

@@ -239,7 +239,7 @@ def _metric(spec: JobSpec) -> str:
     assert spec.sweep is not None
     file_cfg = read_training_config(spec.dataset_path)[0] if exists(spec.dataset_path) else None
     tc = merge_training_config(file_cfg, spec.training_config)
-    validated = tc.validation_split > 0 or load_dataset(spec.dataset_path, tc.columns).validation is not None
+    validated = tc.validation_split > 0 or load_dataset(spec.dataset_path, tc.columns).validation_examples is not None
     if spec.sweep.metric == "eval_loss" and not validated:
         from .data import DatasetError
 

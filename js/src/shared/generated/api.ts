@@ -235,6 +235,7 @@ export interface DatasetFacts {
   examples: number;
   validation_examples: number;
   files: string[];
+  sampled: boolean;
 }
 /**
  * This interface was referenced by `CleverThisApi`'s JSON-Schema
