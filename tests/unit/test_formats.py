@@ -259,3 +259,37 @@ def test_creates_quick_check_reads_the_first_records_only(tmp_path):
     assert not (tmp_path / "hf" / "cleverthis-data").exists()
     with pytest.raises(DatasetError, match="line 51: alpaca format needs a string 'output'"):
         load_dataset(str(f))
+
+
+def test_continued_pretraining_starts_from_the_base_and_scratch_does_not(tmp_path, tiny_model, capsys):
+    """The two starts of the Training tab, with the worker's code in-process: continued pre-training moves the
+    base model's weights a little; from scratch the weights are another draw, as far from the base as two random
+    initialisations are. Both checkpoints load as the page shows."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from cleverthis_runtime import checkpoints
+    from cleverthis_runtime.spec import JobSpec, TrainingConfig
+    from cleverthis_runtime.train import run
+
+    corpus = write_corpus(tmp_path / "corpus", docs=64)
+    base = load_file(str(Path(tiny_model) / "model.safetensors"))
+    key = "model.layers.0.self_attn.q_proj.weight"
+    moved, starts = {}, {}
+    for start in ("scratch", "pretrained"):
+        out = tmp_path / f"ck-{start}"
+        spec = JobSpec(name=start, base_model=tiny_model, dataset_path=str(corpus), job_type="train", start=start,
+                       epochs=1, batch_size=4, workers=1, output_dir=str(out))
+        checkpoints.claim(str(out), start)
+        tc = TrainingConfig(method="full", max_seq_length=48, learning_rate=1e-4, report_to=["none"])
+        run({"spec": spec.model_dump(mode="json"), "training_config": tc.model_dump(mode="json"),
+             "checkpoint_dir": str(out), "job": start})
+        plan = next(json.loads(ln.split(" ", 1)[1]) for ln in capsys.readouterr().out.splitlines()
+                    if ln.startswith("@@cleverthis-event ") and '"type":"plan"' in ln)
+        starts[start] = plan["start"]
+        AutoModelForCausalLM.from_pretrained(str(out / "epoch-final"))
+        moved[start] = float(torch.linalg.norm(load_file(str(out / "epoch-final" / "model.safetensors"))[key]
+                                               - base[key]))
+    assert starts == {"scratch": "scratch", "pretrained": "pretrained"}
+    assert moved["pretrained"] < 0.25 * moved["scratch"], moved
