@@ -125,7 +125,7 @@ def alpaca_messages(rec: dict[str, Any], where: str) -> list[dict[str, Any]]:
     """LLaMA-Factory's alpaca: `system`, then each `history` pair [query, response], then instruction + input."""
     for k in ("instruction", "output"):
         if not isinstance(rec.get(k), str):
-            raise DatasetError(f"{where}: alpaca format needs a string '{k}'")
+            raise DatasetError(f"{where}: instruction format needs a string '{k}'")
     for k in ("input", "system"):
         if rec.get(k) is not None and not isinstance(rec[k], str):
             raise DatasetError(f"{where}: '{k}' must be a string")

@@ -35,7 +35,7 @@ def test_detects_instruction_and_chatml():
         (['{"instruction": "a", "output": "b"}', "{broken"], "line 2: broken JSON"),
         (['{"instruction": "a", "output": "b"}', '{"text": "raw"}'], "line 2: a text record (text) among conversation"),
         (['{"question": "hello"}'], "line 1: unknown record shape"),
-        (['{"instruction": "a", "answer": "b"}'], "line 1: alpaca format needs a string 'output'"),
+        (['{"instruction": "a", "answer": "b"}'], "line 1: instruction format needs a string 'output'"),
         (["[1, 2]"], "line 1: expected a JSON object"),
         (['{"messages": [{"role": "user", "content": "hi"}]}'], "line 1: a conversation needs"),
         ([""], "empty file"),

@@ -81,7 +81,7 @@ def test_openai_content_parts_and_tool_calls():
 
 @pytest.mark.parametrize("rec,needle", [
     ({"question": "q", "answer": "a"}, "unknown record shape (keys: answer, question); expected one of"),
-    ({"instruction": "q", "answer": "a"}, "alpaca format needs a string 'output'"),
+    ({"instruction": "q", "answer": "a"}, "instruction format needs a string 'output'"),
     ({"prompt": "q"}, "the closest format is prompt_completion, which needs 'completion'"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},
                    {"role": "assistant", "content": "a"}]}, "messages[0].content[0] is a image_url part"),
@@ -124,7 +124,7 @@ def test_parquet_and_csv_name_the_row(tmp_path):
 
     pq.write_table(pa.Table.from_pylist([{"instruction": "a", "output": "b"}, {"instruction": "c", "output": None}]),
                    tmp_path / "t.parquet")
-    with pytest.raises(DatasetError, match=r"t.parquet row 2: alpaca format needs a string 'output'"):
+    with pytest.raises(DatasetError, match=r"t.parquet row 2: instruction format needs a string 'output'"):
         load_dataset(str(tmp_path / "t.parquet"))
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "t.csv").write_text("instruction,output\na,b\nc,\"\"\nd\n")
@@ -151,7 +151,7 @@ def test_a_bad_line_at_row_900000_is_named(tmp_path):
     seen = []
     with pytest.raises(DatasetError) as e:
         load_dataset(str(f), progress=lambda rows, done, total: seen.append(rows))
-    assert e.value.line == 900_000 and f"{f} line 900000: alpaca format needs a string 'output'" in str(e.value)
+    assert e.value.line == 900_000 and f"{f} line 900000: instruction format needs a string 'output'" in str(e.value)
     assert not list((tmp_path / "hf" / "cleverthis-data").glob("*/meta.json"))  # nothing half-written is kept
 
 
@@ -257,7 +257,7 @@ def test_creates_quick_check_reads_the_first_records_only(tmp_path):
     quick = load_dataset(str(f), limit=20)
     assert len(quick) == 20 and quick.formats == {"instruction": 20} and len(quick.validation) == 3
     assert not (tmp_path / "hf" / "cleverthis-data").exists()
-    with pytest.raises(DatasetError, match="line 51: alpaca format needs a string 'output'"):
+    with pytest.raises(DatasetError, match="line 51: instruction format needs a string 'output'"):
         load_dataset(str(f))
 
 
