@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from . import records, sources
+from . import sources
 from .formats import (  # noqa: F401 - the dataset API in one place
     ARROW,
     CHATML,
@@ -26,7 +26,6 @@ from .formats import (  # noqa: F401 - the dataset API in one place
     PROMPT_COMPLETION,
     SHAREGPT,
     TEXT,
-    VALIDATION_FILE,
     Dataset,
     DatasetError,
 )
@@ -79,11 +78,6 @@ def _parse_training_config(text: str, cfg: Any) -> tuple[dict[str, Any], str]:
     if not isinstance(data, dict):
         raise DatasetError(f"{cfg}: expected a JSON object")
     return data, str(cfg)
-
-
-def detect_record_format(rec: Any, where: str) -> str:
-    """The format of one record (records.detect): DatasetError names the record and the key at fault."""
-    return records.detect(rec, where)
 
 
 def load_dataset(dataset_path: str, columns: dict[str, str] | None = None, progress: Any = None,

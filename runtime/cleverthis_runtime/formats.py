@@ -50,7 +50,6 @@ def _template(open_turn: str, close_turn: str, generation: str) -> str:
 # Used when the tokenizer has no chat template of its own (documented in the README).
 DEFAULT_CHAT_TEMPLATE = _template("<|ROLE|>\n", "{{ eos_token }}\n", "<|assistant|>\n")
 CHATML_TEMPLATE = _template("<|im_start|>ROLE\n", "<|im_end|>\n", "<|im_start|>assistant\n")
-VALIDATION_FILE = "validation.jsonl"
 
 
 class DatasetError(ValueError):
