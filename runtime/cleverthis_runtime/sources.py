@@ -43,8 +43,9 @@ from .paths import (
 
 EXTENSIONS = (".jsonl", ".json", ".parquet", ".csv", ".txt")
 #: One source of records: (its name in errors, its records as (number, record, raw line or None), "line" or "row"
-#: (what the number counts), its size in bytes for the progress).
-Part = tuple[str, Callable[[], Iterator[tuple[int, Any, "str | None"]]], str, int]
+#: (what the number counts), its size in bytes for the progress, asked only when the copy is written: a read of
+#: the node's copy that is already there touches the files no more than its key does).
+Part = tuple[str, Callable[[], Iterator[tuple[int, Any, "str | None"]]], str, Callable[[], int]]
 #: Files that are not training records, beside the data.
 NOT_DATA = {"training_config.json", "dataset_info.json", "state.json", "dataset_dict.json"}
 CACHE_VERSION = "2"  # the layout of the copy and its meta.json
@@ -369,7 +370,7 @@ def _text(path: str) -> Iterator[tuple[int, Any, str | None]]:
 
 def _file_part(path: str) -> Part:
     unit = "row" if posixpath.splitext(path)[1].lower() == ".parquet" else "line"
-    return path, lambda: _rows(path), unit, _size(path)
+    return path, lambda: _rows(path), unit, lambda: _size(path)
 
 
 # -- writing the node's copy ------------------------------------------------------------------------------------
@@ -383,7 +384,7 @@ def _build(folder: str, train: list[Part], val: list[Part], columns: dict[str, s
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     try:
-        tracker = _Progress(progress, sum(part[3] for part in train + val))
+        tracker = _Progress(progress, sum(part[3]() for part in train + val))
         formats, kind = _to_file(os.path.join(tmp, "train.arrow"), train, columns, tracker, None)
         if not formats:
             raise DatasetError(f"{train[0][0] if len(train) == 1 else 'the dataset'}: no records (empty file)")
@@ -479,7 +480,7 @@ def _write(emit: Callable[[dict[str, list[Any]]], None], parts: list[Part], colu
             cols["line"].append(n)
             if len(cols["record"]) >= BATCH:
                 flush()
-        tracker.done += size
+        tracker.done += size() if tracker.report else 0
     flush()
     return formats, kind
 
@@ -508,8 +509,8 @@ def _saved_records(path: str, train: Any, val: Any, columns: dict[str, str] | No
     """A saved dataset of records: read into the node's copy like a file's rows (keyed by its fingerprint)."""
     key = hashlib.sha256(f"{CACHE_VERSION}\0{train._fingerprint}\0{val._fingerprint if val else ''}\0"
                          f"{json.dumps(columns or {}, sort_keys=True)}".encode()).hexdigest()[:32]
-    parts = [(path, lambda: _table_rows(train), "row", 0)]
-    val_parts = [(f"{path} (validation)", lambda: _table_rows(val), "row", 0)] if val is not None else []
+    parts = [(path, lambda: _table_rows(train), "row", lambda: 0)]
+    val_parts = [(f"{path} (validation)", lambda: _table_rows(val), "row", lambda: 0)] if val is not None else []
     return _node_copy(path, key, parts, val_parts, columns, None, files=[])
 
 
