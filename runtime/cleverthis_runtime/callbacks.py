@@ -1,8 +1,10 @@
 """The torch worker's TrainerCallback: step, epoch and validation events, the epoch checkpoints, the cancel
 checkpoint at the exact step, `eval_steps` validation between epochs and early stopping.
 
-Checkpoints are collective: every rank sends its RNG state (the Trainer's file format, compat.py), rank 0
-writes the folder atomically (checkpoints.publish), and every rank learns whether the write worked.
+Checkpoints are collective: every rank sends its RNG state (the Trainer's file format, compat.py), under ZeRO or
+FSDP2 every rank writes its shard of the optimizer into a staging folder (sharded_state.py), rank 0 writes the
+folder atomically with those shards in its `training_state/` (checkpoints.publish), and every rank learns whether
+the write worked.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from . import checkpoints, compat, events, methods, strategies
+from . import checkpoints, compat, events, methods, sharded_state, strategies
 from .control import PeerCheckpointError, WorkerControl
 from .monitoring import RayMetrics, StepTiming, Utilisation, expected_speed
 
@@ -132,6 +134,9 @@ class EventsAndCheckpoints(TrainerCallback):
         self.metrics = RayMetrics(job) if rank == 0 else None
         self.tune_report: Any = None  # a sweep's trial: ray.train.report (sweep.py)
         self.utilisation = Utilisation(rank, torch)
+        #: ZeRO / FSDP2 (sharded_state.engine_for): every rank writes its shard of the optimizer at a checkpoint
+        self.sharded_engine: str | None = None
+        self.staged: str | None = None  # where those shards wait for rank 0's checkpoint folder
 
     # -- events ---------------------------------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
@@ -305,6 +310,10 @@ class EventsAndCheckpoints(TrainerCallback):
         mine = compat.rng_state(torch)
         rngs = [mine]
         self.full_state = strategies.gathered_state_dict(self.trainer)  # ZeRO-3: all ranks gather
+        if self.sharded_engine:  # every rank writes its optimizer shard; rank 0's folder takes them (sharded_state)
+            self.staged = sharded_state.write_shards(self.sharded_engine, self.trainer, self.ckpt_root,
+                                                     rank=self.rank, world=self.world, torch=torch)
+            compat.set_rng_state(torch, mine)  # what the save drew (if anything) must not change the training
         multi = self.world > 1 and dist.is_initialized()
         if multi:
             gathered: list[Any] = [None] * self.world if self.rank == 0 else []
@@ -321,6 +330,8 @@ class EventsAndCheckpoints(TrainerCallback):
                 # Writing must not perturb training: the QLoRA merge builds a fresh peft model (its init draws
                 # random numbers), so put back the state that was saved.
                 compat.set_rng_state(torch, mine)
+                sharded_state.discard(self.staged)  # left only by a failed write (moved into the folder otherwise)
+        self.staged = None
         self.full_state = None  # a full copy of the weights: not kept beyond the write
         if multi:
             box = [err is None]
@@ -357,8 +368,10 @@ class EventsAndCheckpoints(TrainerCallback):
             checkpoints.add_job_files(self.ckpt_root, self.job_files, tmp, tokenizer.save_pretrained)
             st = tmp / checkpoints.STATE_DIR
             st.mkdir()
+            if self.staged is not None:  # every rank's optimizer shard (ZeRO / FSDP2), staged just before
+                sharded_state.move_into(self.staged, st)
             sharded = trainer.is_deepspeed_enabled or getattr(self, "full_state", None) is not None
-            if trainer.optimizer is not None and not sharded:  # ZeRO / FSDP: each rank holds a shard
+            if trainer.optimizer is not None and not sharded:  # ZeRO / FSDP2: in each rank's shard (above)
                 torch.save(trainer.optimizer.state_dict(), st / "optimizer.pt")
             if trainer.lr_scheduler is not None:
                 torch.save(trainer.lr_scheduler.state_dict(), st / "scheduler.pt")

@@ -12,6 +12,12 @@ it was read in, and tests/unit/test_compat.py fails loudly when a patched name c
   `Trainer.train(resume_from_checkpoint=...)` for the optimizer, scheduler, RNG, step and data position: the
   Trainer's `_load_from_checkpoint` would load weights from that folder, so it is a no-op. Read in
   transformers 5.24 (`Trainer._load_from_checkpoint(self, resume_from_checkpoint, model=None)`).
+  Under DeepSpeed the Trainer does not call it: it calls `deepspeed_load_checkpoint(engine, folder)`, which needs
+  the engine's own `global_step*` folder there and loads module, optimizer partitions and scheduler from it
+  (sharded_state.py writes them; the module holds the weights we loaded). The Trainer's
+  `_load_optimizer_and_scheduler` does not know an FSDP2 model it was not told of (strategies.shard_fsdp2): it
+  restores the optimizer's shards with torch.distributed.checkpoint when `training_state/` holds them
+  (`sharded_state.load_fsdp2`), else does what the Trainer does. Read in transformers 5.25.
 - **Length-grouped batches seeded per epoch** (`trainer_class(sampler=...)`). The Trainer's own
   `train_sampling_strategy="group_by_length"` draws its order from the global RNG when an epoch starts, so a
   resume in the middle of an epoch (RNG restored to the checkpoint's moment) would see another order. The
@@ -82,6 +88,8 @@ PATCHED = (
     ("ray.train.v2._internal.callbacks.placement_group_callback", "PlacementGroupCleanerCallback"),
     ("transformers.trainer", "Trainer._load_from_checkpoint"),
     ("transformers.trainer", "Trainer._load_rng_state"),
+    ("transformers.trainer", "Trainer._load_optimizer_and_scheduler"),
+    ("transformers.integrations.deepspeed", "deepspeed_load_checkpoint"),
     ("transformers.trainer", "Trainer._get_train_sampler"),
     ("transformers.trainer", "Trainer._clip_grad_norm"),
     ("transformers.trainer", "Trainer._get_grad_norm"),
@@ -215,6 +223,13 @@ def trainer_class(pipeline: Any = None, sampler: Any = None) -> Any:
 
         def _get_train_sampler(self, train_dataset: Any = None) -> Any:
             return sampler if sampler is not None else super()._get_train_sampler(train_dataset)
+
+        def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+            from . import sharded_state
+
+            if checkpoint is not None and sharded_state.load_fsdp2(self, checkpoint):
+                return
+            super()._load_optimizer_and_scheduler(checkpoint)
 
     if pipeline is None:
         return _Trainer

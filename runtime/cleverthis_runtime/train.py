@@ -9,7 +9,9 @@ resume files (optimizer, LR scheduler, the RNG state of every rank, `trainer_sta
 step and epoch). Resuming loads the ORIGINAL base model plus the trainable adapter (LoRA) or the full
 weights, then hands `training_state/` to `Trainer.train(resume_from_checkpoint=...)`, which restores the
 optimizer, scheduler, step and RNG and skips the batches already seen (the data order is seeded per epoch),
-so 1 epoch + resume 1 epoch equals 2 epochs straight. The total number of epochs is the starting
+so 1 epoch + resume 1 epoch equals 2 epochs straight. Under DeepSpeed ZeRO and FSDP2 each rank's shard of the
+optimizer is in `training_state/` too, in the engine's own format (sharded_state.py); it restores under the same
+strategy over the same number of workers, else the job warm-starts. The total number of epochs is the starting
 checkpoint's completed epochs plus the job's `epochs` (after a worker failure, the restarted workers keep
 that plan and continue from the job's newest checkpoint). When the effective batch (batch size x workers x accumulation) or
 the number of examples differ from the checkpoint's, the position cannot carry over: the job warm-starts
@@ -23,7 +25,17 @@ import os
 import tempfile
 from typing import Any
 
-from . import checkpoints, compat, lora_targets, methods, parallel, pipeline, strategies, templates
+from . import (
+    checkpoints,
+    compat,
+    lora_targets,
+    methods,
+    parallel,
+    pipeline,
+    sharded_state,
+    strategies,
+    templates,
+)
 from .callbacks import EventsAndCheckpoints, Patience, tracking_locations
 from .control import WorkerControl, worker_entry
 from .data import approximate_lengths, lazy, packed, text_blocks
@@ -188,15 +200,20 @@ def _resume_mode(inp: WorkerInputs, total_batch: int, plan: Any) -> str | None:
     elif inp.meta is not None and inp.meta.get("batching", "padded") != plan.batching:
         missing.append(f"the checkpoint's batches were {inp.meta.get('batching', 'padded')}, this run's are "
                        f"{plan.batching} (training_config packing, group_by_length)")
+    if inp.source and inp.meta is not None and os.path.exists(state):
+        # ZeRO and FSDP2 shards restore only into the same engine over the same number of ranks (sharded_state.py)
+        why = sharded_state.mismatch(inp.meta.get(sharded_state.META_KEY), inp.meta.get("world_size"),
+                                     plan.strategy, inp.world)
+        if why:
+            missing.append(why)
     resume = inp.resume_mode(total_batch, batch_terms="batch size x workers x gradient accumulation",
                              missing=missing)
-    sharded_optimizer = plan.strategy.startswith("deepspeed") or plan.strategy.endswith("-parallel") \
-        or (plan.strategy == "fsdp" and inp.world > 1)
-    if resume == "exact" and sharded_optimizer:
-        # The resume state holds rank 0's optimizer as DDP has it; sharded optimizers are not restored yet.
+    if resume == "exact" and plan.strategy.endswith("-parallel"):
+        # Tensor and pipeline parallelism shard the optimizer too; their shards are not written.
         resume = "weights"
         inp.emit("warning", checkpoint=inp.source, message=f"resuming from the weights only: the {plan.strategy} "
-                 "strategy shards the optimizer state, which the checkpoint does not restore (exact resume: ddp)")
+                 "strategy shards the optimizer state, which the checkpoint does not restore (exact resume: DDP, "
+                 "DeepSpeed ZeRO, FSDP2)")
     return resume
 
 
@@ -307,18 +324,21 @@ def _trainer(inp: WorkerInputs, model: Any, tokenizer: Any, plan: Any, resume: s
     if plan.strategy == "fsdp" and world > 1:  # FSDP2 before the optimizer is built (strategies.py)
         model = strategies.shard_fsdp2(model, world)
     val_rows = inp.val_rows
+    sharded = sharded_state.engine_for(plan.strategy, world)  # every rank writes its optimizer shard
     callback = EventsAndCheckpoints(
         emit=inp.emit, rank=inp.rank, world=world, tokenizer=tokenizer, ckpt_root=inp.ckpt_root, job=inp.job,
         epoch_offset=0 if exact or not meta else inp.completed,
         step_offset=0 if exact or not meta else int(meta.get("global_step", 0)),
         meta={"job": inp.job, "method": plan.method, "base_model": inp.original_base, "resumed_from": inp.source,
               "total_batch": total_batch, "world_size": world, "examples": len(inp.train_rows), "seed": tc.seed,
-              "planned_epochs": inp.planned_epochs, "batching": plan.batching},
+              "planned_epochs": inp.planned_epochs, "batching": plan.batching,
+              **({sharded_state.META_KEY: plan.strategy} if sharded else {})},
         control=control, torch=torch,
         eval_steps=tc.eval_steps if val_rows else None,
         patience=Patience(tc.early_stopping_patience if val_rows else None, tc.early_stopping_threshold),
     )
     callback.token_copies = tc.model_parallel_size
+    callback.sharded_engine = sharded
     sampler = None
     if plan.batching == "grouped":  # the lengths of this rank's view of the rows; every rank orders them alike
         sampler = methods.grouped_sampler(_lengths(inp.train_rows),
