@@ -8,7 +8,8 @@ hyper-parameters stay "auto" (taken from the TrainingArguments). DeepSpeed JIT-b
 `$CLEVERTHIS_HOME/torch_extensions/<environment_key()>` (else under `~/.cache/cleverthis/torch_extensions`), so
 a node builds once per environment.
 Under ZeRO-3 every rank holds a shard of each weight: checkpoints gather the full weights with a
-collective that every rank joins (`gathered_state_dict`), and rank 0 alone writes them.
+collective that every rank joins (`gathered_state_dict`), and rank 0 alone writes them. The optimizer states,
+sharded under ZeRO 1/2/3 and FSDP2, are written by every rank for an exact resume (sharded_state.py).
 """
 
 from __future__ import annotations

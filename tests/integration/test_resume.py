@@ -1,8 +1,9 @@
-"""Cancel and exact resume through real Ray jobs (tiny model, 1 worker, CPU, fixed seed).
+"""Cancel and exact resume through real Ray jobs (tiny model, CPU, fixed seed).
 
-2 epochs straight vs a cancel in the middle of epoch 2 + `resume`: the final weights are equal within 1e-4.
-(1 epoch + resume 1 epoch, the epoch-boundary case, is checked in tests/unit/test_training_state.py with the
-same training code, in seconds.)
+DDP, 1 worker: 2 epochs straight vs a cancel in the middle of epoch 2 + `resume`: the final weights are equal
+within 1e-4. (1 epoch + resume 1 epoch, the epoch-boundary case, is checked in tests/unit/test_training_state.py
+with the same training code, in seconds.) DeepSpeed ZeRO-2 and FSDP2, 2 workers: the same within one epoch, each
+rank's optimizer shard written into the cancel checkpoint and restored by the resume.
 """
 
 from __future__ import annotations
@@ -83,6 +84,53 @@ def test_cancel_mid_epoch_then_resume_equals_straight_run(ray_cluster, tiny_mode
     assert max_diff(ref / "model.safetensors", cut / "epoch-2" / "model.safetensors") <= 1e-4
     assert os.readlink(cut / "epoch-final") == "epoch-2"
     print(f"cancel+resume test: step {seen} after {t_seen - t0:.0f}s, cancelled after {t_cancel - t_seen:.0f}s, "
+          f"{time.time() - t0:.0f}s total")
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("config", [
+    {"method": "full", "learning_rate": 1e-3, "deepspeed": {"zero_stage": 2}},
+    {"method": "full", "learning_rate": 1e-3, "strategy": "fsdp"},
+], ids=["zero2", "fsdp2"])
+def test_sharded_cancel_mid_epoch_then_resume_equals_straight_run(ray_cluster, tiny_model, dataset, tmp_path,
+                                                                  job_name, monkeypatch, config):
+    """2 workers, each holding a shard of the optimizer: a cancel in the middle of the job's one epoch (10 steps),
+    `resume`, and the weights equal a straight 2-worker run's."""
+    delay_steps(monkeypatch, 1.0)  # the cancel lands mid-epoch however loaded the machine is
+    svc = JobService()
+    cut = tmp_path / "cut"
+    t0 = time.time()
+    svc.create(JobSpec(name=job_name, base_model=tiny_model, dataset_path=str(dataset), epochs=1, batch_size=8,
+                       workers=2, output_dir=str(cut), training_config=config), check=False)
+    wait_for_step(svc, job_name, 3)
+    svc.cancel("local", job_name)
+    cancelled = svc.wait("local", job_name, poll=1.0, timeout=180)
+    assert cancelled.status == JobStatus.CANCELLED, cancelled.error
+    [p] = cancelled.checkpoints
+    step = int(p.name.rsplit("-", 1)[1])
+    assert p.name == f"epoch-1-step-{step}" and 3 <= step < 10, p.name
+    state = cut / p.name / "training_state"
+    if "deepspeed" in config:  # the engine's own checkpoint: each rank's optimizer partition
+        assert (state / "latest").read_text().strip() == f"global_step{step}"
+        assert sorted(f.name for f in (state / f"global_step{step}").glob("*optim_states.pt")) == \
+            [f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt" for r in (0, 1)]
+    else:  # torch.distributed.checkpoint: one file per rank
+        assert sorted(f.name for f in (state / "fsdp2_optimizer").glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    assert not (state / "optimizer.pt").exists()
+    assert not [x for x in os.listdir(cut) if x.startswith(".tmp")]  # the staged shards moved into the checkpoint
+
+    delay_steps(monkeypatch, 0)
+    resumed = svc.resume("local", job_name)
+    straight = straight_reference(tiny_model, dataset, tmp_path / "straight", epochs=1, workers=2,
+                                  training_config=config, name=f"{job_name}-straight")  # while the resumed job runs
+    r = svc.wait("local", resumed.name, poll=1.0, timeout=300)
+    assert r.status == JobStatus.SUCCEEDED, r.error
+    evs = svc.events("local", resumed.name)
+    assert [e for e in evs if e["type"] == "resume"][0]["exact"], [e for e in evs if e["type"] == "warning"]
+    assert [e for e in evs if e["type"] == "step"][0]["step"] == step + 1
+    diff = max_diff(straight / "epoch-1" / "model.safetensors", cut / "epoch-1" / "model.safetensors")
+    assert diff <= 1e-4
+    print(f"{job_name}: cancelled at step {step}, weights within {diff:.1e} of the straight run, "
           f"{time.time() - t0:.0f}s total")
 
 

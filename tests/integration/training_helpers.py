@@ -31,9 +31,14 @@ def slow_steps(monkeypatch):
     delay_steps(monkeypatch, 0.3)
 
 
-def straight_reference(tiny_model: str, dataset: Path, out: Path, epochs: int = 2) -> Path:
+def straight_reference(tiny_model: str, dataset: Path, out: Path, epochs: int = 2, *, workers: int = 1,
+                       training_config: dict | None = None, name: str = "reference") -> Path:
     """The uninterrupted run, computed in this process by the same training code (world size 1, seconds):
-    Ray adds nothing to the numerics of one worker (per-step losses are identical), so it is the reference."""
+    Ray adds nothing to the numerics of one worker (per-step losses are identical), so it is the reference.
+    With several workers (a sharded strategy) it is a Ray job of its own, `name`, writing into `out`."""
+    if workers > 1:
+        run_job(tiny_model, dataset, name, training_config or {}, workers=workers, epochs=epochs, output_dir=str(out))
+        return out
     from cleverthis_runtime import checkpoints
     from cleverthis_runtime.data import read_training_config
     from cleverthis_runtime.spec import TrainingConfig
