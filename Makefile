@@ -94,7 +94,7 @@ test-fast: install
 # Three xdist workers share one Ray head (tests/conftest.py); the tests marked serial run alone afterwards.
 PYTEST_WORKERS ?= 3
 test-pytest: install-tf
-	$(STAGE) pytest $(PY) -m pytest -q -ra --durations=30 -n $(PYTEST_WORKERS) --dist worksteal -m "not serial" --ignore=tests/ui
+	$(STAGE) pytest $(PY) -m pytest -q -ra --durations=30 -n $(PYTEST_WORKERS) --dist worksteal -m "not serial and not bench" --ignore=tests/ui
 
 # The serial tests and the browser tests run side by side, each with a Ray head of its own (make -j2). The serial
 # lane runs at a lower CPU priority (its processes and its Ray head inherit it): beside it at equal priority, two
@@ -130,7 +130,10 @@ test-late: install-tf
 	$(MAKE) --no-print-directory test-serial
 	$(SERIAL_NICE) $(MAKE) --no-print-directory test-wheel-check
 
-bench: install
+# The slow end-to-end checks (pytest -m bench) run here, beside the measurements: the example notebooks whose
+# features the integration tests cover one by one (sweeps, tracking, QLoRA + DeepSpeed).
+bench: install-tf
+	$(PY) -m pytest -q -ra -m bench tests/integration
 	$(PY) -m bench
 	$(PY) -m bench.scale
 

@@ -161,6 +161,9 @@ export function makePlan(overrides: Partial<IPlan> = {}): IPlan {
     parameters: null,
     chat_template: null,
     lora_target_modules: null,
+    optim: null,
+    attn_implementation: null,
+    memory_per_worker_gb: {},
     ...overrides
   };
 }

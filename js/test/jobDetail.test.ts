@@ -266,6 +266,21 @@ describe('JobDetailView', () => {
     expect(cell(view, 'lora_target_modules')).toBe("c_attn: peft's default for gpt2");
   });
 
+  it("says the plan's memory per worker beside the highest peak a worker measured", () => {
+    const view = new JobDetailView({ lossCurve: { loadPlotly: async () => fakePlotly() } });
+    const plan = makePlan({
+      method: 'full',
+      optim: 'adamw_torch',
+      memory_per_worker_gb: { weights: 0.1, activations: 0.5, process: 0.5, total: 1.93 },
+      reasons: { optim: 'adamw_torch: the Trainer\'s AdamW (two fp32 moments per trained parameter)' }
+    });
+    view.setJob(makeDetail({ plan }));
+    expect(cell(view, 'memory')).toBe('planned 1.9 GB');
+    expect(cell(view, 'optim')).toBe("adamw_torch: the Trainer's AdamW (two fp32 moments per trained parameter)");
+    view.setJob(makeDetail({ plan, memory: { planned_gb: 1.93, peak_bytes: 2_100_000_000, rank: 1, text: '' } }));
+    expect(cell(view, 'memory')).toBe('planned 1.9 GB, peak 2.1 GB');
+  });
+
   it('has a Back link calling onBack', () => {
     const onBack = vi.fn();
     const view = new JobDetailView({ onBack });

@@ -31,9 +31,11 @@ describe('TrainingConfigForm', () => {
       'Precision, strategy, DeepSpeed and model parallelism',
       'Optimisation',
       'Data and validation',
+      'Checkpoints',
       'Tracking and runtime'
     ]);
-    for (const name of ['method', 'mixed_precision', 'strategy', 'lr_scheduler', 'placement_strategy']) {
+    for (const name of ['method', 'mixed_precision', 'strategy', 'lr_scheduler', 'placement_strategy', 'optim',
+      'attn_implementation']) {
       expect(form.form.input(name)).toBeInstanceOf(HTMLSelectElement);
     }
     expect([...(form.form.input('method') as HTMLSelectElement).options].map(o => o.textContent)).toEqual([

@@ -20,6 +20,7 @@ from cleverthis_runtime.event_models import (
     Phase,
     UtilisationEvent,
 )
+from cleverthis_runtime.memory import words
 from cleverthis_runtime.triage import advice_for, classify
 
 from ..spec import JobStatus
@@ -32,6 +33,7 @@ from .models import (
     DataLine,
     JobDetail,
     JobSummary,
+    MemoryUse,
     Metrics,
     Plan,
     QueuedReason,
@@ -54,7 +56,8 @@ RAY_TO_STATUS = {
 # running.  FINAL_PHASES are the driver's last word: workers' log lines reach the driver's log later than its own,
 # so a worker phase (cancel_checkpoint_written) can follow "cancelled" in the log; a final phase is never replaced.
 PLAN_KEYS = ("method", "precision", "strategy", "gradient_checkpointing", "memory_estimate_gb", "reasons",
-             "parameters", "chat_template", "lora_target_modules", "batching")
+             "parameters", "chat_template", "lora_target_modules", "batching", "weights_dtype",
+             "checkpoint_gb", "optim", "attn_implementation", "memory_per_worker_gb")
 TRACKERS = ("tensorboard", "mlflow", "wandb")
 LATEST_KEYS = ("step", "total_steps", "epoch", "loss", "learning_rate", "tokens_per_s", "eta_s")
 
@@ -195,10 +198,11 @@ def _apply_event(detail: JobDetail, ev: dict[str, Any]) -> None:
     elif t == "checkpoint" and ev.get("name") in LINKS:
         _mark(detail.checkpoints, ev["name"], ev.get("target"))
     elif t == "checkpoint" and ev.get("name", "").startswith("epoch-"):
-        detail.checkpoints.append(Checkpoint(**{k: ev.get(k) for k in Checkpoint.model_fields if k != "marks"}))
-        _mark(detail.checkpoints, "latest", ev.get("path"))
+        _add_checkpoint(detail.checkpoints, ev)
     elif t == "utilisation":
         _apply_utilisation(detail, ev)
+    elif t == "memory" and isinstance(ev.get("peak_bytes"), int):
+        _apply_memory(detail, ev)
     elif t == "error" and detail.error is None:
         detail.error, detail.error_kind = ev.get("message"), ev.get("kind")
         if ev.get("path") and ev.get("line"):
@@ -207,6 +211,23 @@ def _apply_event(detail: JobDetail, ev: dict[str, Any]) -> None:
 
 
 LINKS = ("best", "epoch-final")  # the folder's links a checkpoint event announces (`target`: the checkpoint)
+
+
+def _add_checkpoint(checkpoints: list[Checkpoint], ev: dict[str, Any]) -> None:
+    """A checkpoint written, rewritten (a LoRA checkpoint that gained or lost its merged weights: it keeps its
+    marks) or deleted (keep_checkpoints)."""
+    at = next((i for i, c in enumerate(checkpoints) if c.name == ev["name"]), None)
+    if ev.get("deleted"):
+        if at is not None:
+            del checkpoints[at]
+        return
+    new = Checkpoint(**{k: ev.get(k) for k in Checkpoint.model_fields if k != "marks"})
+    if at is None:
+        checkpoints.append(new)
+        _mark(checkpoints, "latest", ev.get("path"))
+    else:
+        new.marks = checkpoints[at].marks
+        checkpoints[at] = new
 
 
 def _mark(checkpoints: list[Checkpoint], mark: str, target: str | None) -> None:
@@ -225,6 +246,17 @@ def _apply_utilisation(detail: JobDetail, ev: dict[str, Any]) -> None:
     except ValidationError:
         return
     detail.utilisation = sorted([x for x in detail.utilisation if x.rank != u.rank] + [u], key=lambda x: x.rank)
+
+
+def _apply_memory(detail: JobDetail, ev: dict[str, Any]) -> None:
+    """The highest peak over the workers, beside the plan's per-worker estimate."""
+    if detail.memory is not None and (detail.memory.peak_bytes or 0) >= ev["peak_bytes"]:
+        return
+    planned = ev.get("planned_gb")
+    if planned is None and detail.plan is not None:
+        planned = detail.plan.memory_per_worker_gb.get("total")
+    detail.memory = MemoryUse(planned_gb=planned, peak_bytes=ev["peak_bytes"], rank=ev.get("rank"),
+                              text=words(planned, ev["peak_bytes"]))
 
 
 def working_phase(evs: list[dict[str, Any]]) -> str | None:

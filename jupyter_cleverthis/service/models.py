@@ -120,6 +120,8 @@ loads it (with PeftModel too where it holds a LoRA adapter)."""
     eval_loss: float | None = None
     adapter_path: str | None = None
     size_bytes: int | None = None
+    #: a LoRA checkpoint: whether it holds merged weights beside its adapter (best and epoch-final do)
+    merged: bool | None = None
     marks: list[str] = []
     snippet: str | None = None
 
@@ -193,6 +195,22 @@ class Plan(Record):
     chat_template: str | None = None
     lora_target_modules: str | list[str] | None = None
     batching: str | None = None  # packed, grouped (similar lengths, padded) or padded
+    weights_dtype: str | None = None  # the dtype the weights load in: bf16/fp16 (a frozen base), fp32, 4bit/8bit
+    checkpoint_gb: dict[str, Any] | None = None  # the disk one checkpoint takes: each, merged (LoRA), keep
+    optim: str | None = None  # the TrainingArguments optimizer
+    attn_implementation: str | None = None  # the attention the model trains with (None: the model's own)
+    # per worker, GB: weights, gradients, optimizer, activations, process and their total
+    memory_per_worker_gb: dict[str, float] = {}
+
+
+class MemoryUse(Record):
+    """The plan's per-worker memory beside the highest peak a worker measured at the end of its run (the `memory`
+    events): `text` says it in words ("memory: planned 1.9 GB, peak 2.1 GB")."""
+
+    planned_gb: float | None = None
+    peak_bytes: int | None = None
+    rank: int | None = None  # the worker of the highest peak
+    text: str
 
 
 class Serving(Record):
@@ -298,6 +316,8 @@ class JobDetail(JobSummary):
     stop_reason: str | None = None
     # The latest `utilisation` event of each worker, by rank (with its index `i` in the job's event log).
     utilisation: list[UtilisationEvent] = []
+    # planned and measured peak memory per worker (None until a worker reports its peak)
+    memory: MemoryUse | None = None
     # what the loss curve shows, with the page's advice (None while too few steps to tell)
     curve: CurveDiagnosis | None = None
     # slow throughput or a long initialization, with the page's advice (service/slowness.py)

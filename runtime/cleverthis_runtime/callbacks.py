@@ -112,7 +112,9 @@ class EventsAndCheckpoints(TrainerCallback):
         self.ckpt_root, self.job, self.meta, self.torch = ckpt_root, job, meta, torch
         self.epoch_offset, self.step_offset, self.control = epoch_offset, step_offset, control
         self.trainer: Any = None
-        self.merge_base: str | None = None  # QLoRA: merge into this base loaded in fp32 (methods.py)
+        self.merge_base: str | None = None  # QLoRA: merge into this base loaded unquantized (methods.py)
+        self.weights = "fp32"  # the dtype of merged weights: the training precision (plan.weights_dtype)
+        self.keep_checkpoints: int | None = None  # training_config keep_checkpoints (checkpoints.prune)
         self.t0 = time.time()
         self.last_t, self.last_tokens, self.last_step = self.t0, 0, 0
         #: workers that read each batch (tensor or pipeline parallel): the Trainer counts its tokens on each
@@ -244,6 +246,9 @@ class EventsAndCheckpoints(TrainerCallback):
         self.stopped_early = True
         control.should_training_stop = True
         if self.rank == 0 and self.last_path:
+            if hasattr(self.trainer.model, "peft_config") and not checkpoints.has_merged(self.last_path):
+                checkpoints.add_merged(self.last_path, self._save_merged)  # epoch-final is loaded from
+                self._announce(self.last_path, merged=True)
             checkpoints.link_final(self.ckpt_root, os.path.basename(self.last_path), self.last_path,
                                    epoch=self.epoch_offset + int(float(state.epoch or 0) + 1e-6), emit=self.emit)
         self.emit("early_stop", reason=self.patience.reason(), step=self.step_offset + state.global_step,
@@ -352,14 +357,19 @@ class EventsAndCheckpoints(TrainerCallback):
         name = checkpoints.partial_name(completed + 1, step) if partial else f"epoch-{completed}"
         is_peft = hasattr(model, "peft_config")
         world = self.world
+        eval_loss = self.eval_loss if evaluated or not partial else None
+        # A LoRA checkpoint is its adapter; the merged weights, the model's size, go only where they are loaded
+        # from: epoch-final, and best (the lowest validation loss so far).
+        final = not partial and completed == self.meta["planned_epochs"]
+        merged = is_peft and (final or checkpoints.becomes_best(eval_loss, self.best))
 
         def save(tmp: Path) -> None:
             if is_peft:
                 model.save_pretrained(tmp / checkpoints.ADAPTER_DIR, safe_serialization=True)
-                merged = methods.merged_full_precision(self.merge_base, model, torch) if self.merge_base \
-                    else copy.deepcopy(model).merge_and_unload()
-                merged.save_pretrained(tmp, safe_serialization=True)
-                del merged
+                if merged:
+                    self._save_merged(tmp)
+                else:
+                    checkpoints.adapter_at_root(tmp)
             elif getattr(self, "full_state", None) is not None:  # sharded weights, gathered for rank 0
                 with strategies.saving_gathered(model):
                     model.save_pretrained(tmp, safe_serialization=True, state_dict=self.full_state)
@@ -384,14 +394,15 @@ class EventsAndCheckpoints(TrainerCallback):
 
         meta = {**self.meta, "epoch": completed, "global_step": step, "partial": partial,
                 "epoch_progress": round(self.epoch_offset + float(state.epoch or 0), 6),
-                "train_loss": self.last_loss, "eval_loss": self.eval_loss if evaluated or not partial else None,
-                "adapter": is_peft}
+                "train_loss": self.last_loss, "eval_loss": eval_loss, "adapter": is_peft,
+                "merged": merged if is_peft else None}
         path = checkpoints.publish(self.ckpt_root, self.job, name, save, meta)
         self.last_path = path
         ev = self.emit("checkpoint", name=name, path=path, epoch=completed, step=step, partial=partial,
                        train_loss=self.last_loss, eval_loss=meta["eval_loss"], base_model=self.meta["base_model"],
                        adapter_path=str(Path(path) / checkpoints.ADAPTER_DIR) if is_peft else None,
-                       size_bytes=checkpoints.size_of(path))
+                       size_bytes=checkpoints.size_of(path), merged=merged if is_peft else None)
+        before = self.best
         if partial and evaluated:  # a validation between epochs (eval_steps)
             self.best = checkpoints.link_best(self.ckpt_root, name, path, eval_loss=self.eval_loss, best=self.best,
                                               emit=self.emit)
@@ -400,4 +411,32 @@ class EventsAndCheckpoints(TrainerCallback):
             self.best = checkpoints.link_epoch(self.ckpt_root, name, path, completed=completed,
                                                planned_epochs=self.meta["planned_epochs"],
                                                eval_loss=self.eval_loss, best=self.best, emit=self.emit)
+        if is_peft and before is not None and self.best is not None and before[1] != self.best[1]:
+            self._drop_merged(before[1])  # the former best: its merged weights are no longer loaded from there
+        checkpoints.prune(self.ckpt_root, self.job, self.keep_checkpoints, emit=self.emit)
         return path, ev
+
+    def _save_merged(self, folder: Path) -> None:
+        """The adapter merged into the base, in the training precision (a bf16 base stays bf16): into the weights
+        loaded unquantized for QLoRA (methods.merged_unquantized), else into a copy of the model."""
+        model, torch = self.trainer.model, self.torch
+        merged = methods.merged_unquantized(self.merge_base, model, self.weights, torch) if self.merge_base \
+            else copy.deepcopy(model).merge_and_unload()
+        merged.save_pretrained(folder, safe_serialization=True)
+        del merged
+
+    def _drop_merged(self, path: str) -> None:
+        """A LoRA checkpoint that is no longer best (nor final) keeps its adapter only."""
+        if os.path.realpath(path) == os.path.realpath(os.path.join(self.ckpt_root, "epoch-final")):
+            return
+        if checkpoints.has_merged(path):
+            checkpoints.drop_merged(path)
+            self._announce(path, merged=False)
+
+    def _announce(self, path: str, *, merged: bool) -> None:
+        meta = checkpoints.read_meta(path) or {}
+        self.emit("checkpoint", name=os.path.basename(path), path=path, epoch=meta.get("epoch"),
+                  step=meta.get("global_step"), partial=meta.get("partial"), train_loss=meta.get("train_loss"),
+                  eval_loss=meta.get("eval_loss"), base_model=self.meta["base_model"],
+                  adapter_path=os.path.join(path, checkpoints.ADAPTER_DIR), size_bytes=checkpoints.size_of(path),
+                  merged=merged)

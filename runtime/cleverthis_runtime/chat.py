@@ -57,9 +57,11 @@ def _load(path: str, serve: str, torch: Any) -> tuple[Any, Any, str]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder = Path(path)
-    if not (folder / "config.json").is_file():
-        raise ValueError(f"'{path}' is not a model folder: it has no config.json")
     adapter = folder / checkpoints.ADAPTER_DIR
+    if not (folder / "config.json").is_file() and not adapter.is_dir():
+        raise ValueError(f"'{path}' is not a model folder: it has no config.json")
+    if not (folder / "config.json").is_file():  # a LoRA epoch that was neither best nor final: the adapter alone
+        serve = "adapter"
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
     tokenizer = AutoTokenizer.from_pretrained(str(folder))

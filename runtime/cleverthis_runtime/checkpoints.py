@@ -97,6 +97,7 @@ def write_checkpoint(root: str, name: str, save: Callable[[Path], None], meta: d
         save(tmp)
         _injected_fault(name, tmp)
         (tmp / META_FILE).write_text(json.dumps({**meta, "name": name, "written_at": time.time()}, indent=2))
+        follow_umask(tmp)
         _fsync_tree(tmp)
         final = r / name
         move_into_place(tmp, final)
@@ -105,6 +106,127 @@ def write_checkpoint(root: str, name: str, save: Callable[[Path], None], meta: d
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return str(final)
+
+
+def umask() -> int:
+    """The process's umask, read without changing it (os.umask sets it, which other threads would see)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def follow_umask(root: Path) -> None:
+    """Give every file and folder under `root` the mode the umask gives a new one: safetensors' writer leaves its
+    weights 0600, so a serving process of another account could read the tokenizer beside them, not the model."""
+    mask = umask()
+    os.chmod(root, 0o777 & ~mask)
+    for d, dirs, files in os.walk(root):
+        for name in dirs:
+            p = os.path.join(d, name)
+            if not os.path.islink(p):
+                os.chmod(p, 0o777 & ~mask)
+        for name in files:
+            p = os.path.join(d, name)
+            if not os.path.islink(p):
+                os.chmod(p, 0o666 & ~mask)
+
+
+# -- LoRA checkpoints: the adapter in each, merged weights where they are loaded from ----------------------------
+#: the files of a model's full weights at a checkpoint's root (a LoRA checkpoint has them in best and epoch-final)
+MERGED_FILES = ("config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json")
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
+def has_merged(path: str | Path) -> bool:
+    return (Path(path) / "config.json").is_file()
+
+
+def adapter_at_root(folder: Path) -> None:
+    """A copy of the adapter at the checkpoint's root, beside `adapter_model/`: transformers loads a folder with
+    `adapter_config.json` as its base plus the adapter, so `AutoModelForCausalLM.from_pretrained(checkpoint)` works
+    for a checkpoint without merged weights too (the adapter is a few MB; the merged weights are the model's size)."""
+    for name in ADAPTER_FILES:
+        src = folder / ADAPTER_DIR / name
+        if src.is_file():
+            shutil.copyfile(src, folder / name)
+
+
+def _is_merged_file(name: str) -> bool:
+    return name in MERGED_FILES or (name.startswith("model-") and name.endswith(".safetensors"))
+
+
+def drop_merged(path: str) -> None:
+    """Replace a LoRA checkpoint's merged weights by the adapter at its root (it is no longer best or final), in one
+    rename: a reader sees the folder before or after, never a mix."""
+    src = Path(path)
+    if not has_merged(src) or not (src / ADAPTER_DIR).is_dir():
+        return
+    tmp = src.parent / f".tmp-{src.name}-{uuid.uuid4().hex[:8]}"
+    try:
+        shutil.copytree(src, tmp, symlinks=True, ignore=lambda _d, names: [n for n in names if _is_merged_file(n)])
+        adapter_at_root(tmp)
+        _set_meta(tmp, merged=False)
+        _fsync_tree(tmp)
+        move_into_place(tmp, src)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def add_merged(path: str, write: Callable[[Path], None]) -> None:
+    """Give a LoRA checkpoint its merged weights (`write(folder)` saves them), in one rename."""
+    src = Path(path)
+    if has_merged(src):
+        return
+    tmp = src.parent / f".tmp-{src.name}-{uuid.uuid4().hex[:8]}"
+    try:
+        shutil.copytree(src, tmp, symlinks=True, ignore=lambda _d, names: [n for n in names if n in ADAPTER_FILES])
+        write(tmp)
+        _set_meta(tmp, merged=True)
+        follow_umask(tmp)
+        _fsync_tree(tmp)
+        move_into_place(tmp, src)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _set_meta(folder: Path, **values: Any) -> None:
+    meta = read_meta(str(folder)) or {}
+    (folder / META_FILE).write_text(json.dumps({**meta, **values}, indent=2))
+
+
+def becomes_best(eval_loss: float | None, best: tuple[float, str] | None) -> bool:
+    """Whether a checkpoint of this validation loss takes the `best` link (link_best's rule)."""
+    return eval_loss is not None and (best is None or eval_loss < best[0])
+
+
+def prune(root: str, job: str, keep: int | None, emit: Any = None) -> list[str]:
+    """Delete this job's checkpoints beyond its last `keep`, never the targets of best, epoch-final and latest;
+    returns the names deleted (each announced by a `checkpoint` event with `deleted`)."""
+    if not keep:
+        return []
+    r = Path(root)
+    protected = {os.path.realpath(r / link) for link in ("best", "epoch-final", "latest") if (r / link).is_symlink()}
+    mine = [c for c in list_checkpoints(root) if c.get("job") == job]
+    deleted = []
+    for c in mine[:-keep]:
+        if os.path.realpath(c["path"]) in protected:
+            continue
+        old = r / f".old-{c['name']}-{uuid.uuid4().hex[:8]}"
+        os.rename(c["path"], old)  # out of sight in one step, then removed
+        shutil.rmtree(old, ignore_errors=True)
+        deleted.append(c["name"])
+        if emit is not None:
+            emit("checkpoint", name=c["name"], path=c["path"], deleted=True)
+    return deleted
 
 
 def move_into_place(tmp: Path, final: Path) -> None:
@@ -358,7 +480,7 @@ def link_epoch(root: str, name: str, path: str, *, completed: int, planned_epoch
 def link_best(root: str, name: str, path: str, *, eval_loss: float | None, best: tuple[float, str] | None,
               emit: Any) -> tuple[float, str] | None:
     """Point `best` at this checkpoint when its validation loss is the lowest so far; returns the best."""
-    if eval_loss is not None and (best is None or eval_loss < best[0]):
+    if becomes_best(eval_loss, best):
         best = (eval_loss, path)
         point(root, "best", name)
         emit("checkpoint", name="best", path=os.path.join(root, "best"), target=path, eval_loss=eval_loss)

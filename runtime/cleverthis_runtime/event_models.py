@@ -160,6 +160,26 @@ class PlanEvent(Event):
     parallelism: dict[str, Any] | None = None  # tensor parallelism: mesh, groups, split modules (parallel.layout)
     batching: str | None = None  # packed, grouped or padded (plan.Plan.batching)
     start: str | None = None  # scratch, pretrained (the base model's weights) or checkpoint
+    optim: str | None = None  # the TrainingArguments optimizer
+    attn_implementation: str | None = None  # the attention the model trains with (None: the model's own)
+    # per worker, GB: weights, gradients, optimizer, activations, process and their total (memory.per_worker)
+    memory_per_worker_gb: dict[str, float] = Field(default_factory=dict)
+    weights_dtype: str | None = None  # the dtype the weights loaded in (plan.weights_dtype)
+    checkpoint_gb: dict[str, Any] | None = None  # the disk one checkpoint takes (plan.checkpoint_disk)
+
+
+class MemoryEvent(Event):
+    """A worker's peak memory at the end of its run beside the plan's per-worker estimate (memory.py): the peak
+    resident size on CPU, the device memory on a GPU (torch's peak reserved plus the CUDA context)."""
+
+    type: Literal["memory"]
+    rank: int
+    planned_gb: float | None = None
+    peak_bytes: int
+    peak_rss_bytes: int | None = None
+    gpu_peak_allocated_bytes: int | None = None
+    gpu_peak_reserved_bytes: int | None = None
+    gpu_context_bytes: int | None = None
 
 
 class WarningEvent(Event):
@@ -208,6 +228,10 @@ class CheckpointEvent(Event):
     size_bytes: int | None = None
     framework: str | None = None
     target: str | None = None
+    #: a LoRA checkpoint: whether it holds the merged weights (best and epoch-final do) beside the adapter
+    merged: bool | None = None
+    #: the checkpoint was deleted (keep_checkpoints); a later event of the same name replaces the earlier one
+    deleted: bool | None = None
 
 
 class StrategyEvent(Event):
@@ -304,15 +328,15 @@ class UtilisationEvent(Event):
 MODELS: tuple[type[Event], ...] = (
     PhaseEvent, ConfigEvent, WorkerEvent, ErrorEvent, WorkerErrorEvent, DatasetEvent, PackingEvent, PlanEvent,
     WarningEvent, ResumeEvent, RecoveryEvent, CheckpointEvent, StrategyEvent, TrackingEvent, StepEvent, EpochEvent,
-    ValidationEvent, EarlyStopEvent, UtilisationEvent, DownloadProgressEvent, DownloadDoneEvent, DownloadEvent,
-    PreflightEvent, ExportEvent, ChatTextEvent, ChatAnswerEvent, ChatEvent, SweepEvent, SweepResultEvent,
+    ValidationEvent, EarlyStopEvent, UtilisationEvent, MemoryEvent, DownloadProgressEvent, DownloadDoneEvent,
+    DownloadEvent, PreflightEvent, ExportEvent, ChatTextEvent, ChatAnswerEvent, ChatEvent, SweepEvent, SweepResultEvent,
 )
 BY_TYPE: dict[str, type[Event]] = {m.model_fields["type"].annotation.__args__[0]: m for m in MODELS}  # type: ignore[union-attr]
 
 AnyEvent = Annotated[
     PhaseEvent | ConfigEvent | WorkerEvent | ErrorEvent | WorkerErrorEvent | DatasetEvent | PackingEvent
     | PlanEvent | WarningEvent | ResumeEvent | RecoveryEvent | CheckpointEvent | StrategyEvent | TrackingEvent
-    | StepEvent | EpochEvent | ValidationEvent | EarlyStopEvent | UtilisationEvent | DownloadProgressEvent
+    | StepEvent | EpochEvent | ValidationEvent | EarlyStopEvent | UtilisationEvent | MemoryEvent | DownloadProgressEvent
     | DownloadDoneEvent | DownloadEvent | PreflightEvent | ExportEvent | ChatTextEvent | ChatAnswerEvent
     | ChatEvent | SweepEvent | SweepResultEvent,
     Field(discriminator="type"),

@@ -36,12 +36,20 @@ def export(source: str, dtype: str) -> dict[str, Any]:
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)} (got '{dtype}')")
     src = Path(source).resolve()  # `epoch-final` and `best` are links to a checkpoint
-    if not (src / "config.json").is_file():
+    adapter_only = not checkpoints.has_merged(src) and (src / checkpoints.ADAPTER_DIR).is_dir()
+    if not (src / "config.json").is_file() and not adapter_only:
         raise ValueError(f"'{source}' is not a model checkpoint: it has no config.json")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(str(src), dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[dtype])
+    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    if adapter_only:  # a LoRA epoch that was neither best nor final: its base plus the adapter, merged here
+        from peft import PeftModel
+
+        base = AutoModelForCausalLM.from_pretrained(checkpoints.original_base(str(src)), dtype=torch_dtype)
+        model = PeftModel.from_pretrained(base, str(src / checkpoints.ADAPTER_DIR)).merge_and_unload()
+    else:
+        model = AutoModelForCausalLM.from_pretrained(str(src), dtype=torch_dtype)
     tokenizer = AutoTokenizer.from_pretrained(str(src))
     final = export_path(source, dtype)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -53,6 +61,7 @@ def export(source: str, dtype: str) -> dict[str, Any]:
         (tmp / META_FILE).write_text(json.dumps({
             "source": str(src), "dtype": dtype, "base_model": meta.get("base_model"), "epoch": meta.get("epoch"),
             "global_step": meta.get("global_step"), "exported_at": time.time()}, indent=2))
+        checkpoints.follow_umask(tmp)
         checkpoints.move_into_place(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -5,8 +5,8 @@ quantization, or 8-bit), prepared with peft's `prepare_model_for_kbit_training` 
 input gradients for checkpointing), and LoRA adapters train on top in full precision. A checkpoint keeps
 the adapter alone in `adapter_model/` and, at its root, MERGED weights in full precision: the merge is
 never done into the quantized base (that would re-quantize the adapter's delta and lose it). Instead the
-base is loaded again in fp32 (dequantized: the original weights), the trained adapter is copied into a
-fresh peft model over it, and `merge_and_unload()` folds it in. `checkpoint.json`'s `base_model` is the
+base is loaded again unquantized in the training precision (the original weights), the trained adapter is
+copied into a fresh peft model over it, and `merge_and_unload()` folds it in. `checkpoint.json`'s `base_model` is the
 original (unquantized) base, so `PeftModel.from_pretrained(base, "<ckpt>/adapter_model")` also works.
 """
 
@@ -116,6 +116,22 @@ def bnb_config(tc: TrainingConfig, torch: Any) -> Any:
                               bnb_4bit_compute_dtype=compute)
 
 
+def torch_dtype(weights: str, torch: Any) -> Any:
+    """The torch dtype of a plan's `weights_dtype`; a quantized base's other layers (embeddings, norms, head) and
+    its merged copy use the compute dtype, which is the training precision."""
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(weights, torch.float32)
+
+
+def compute_weights(tc: TrainingConfig) -> str:
+    """The dtype a QLoRA job's unquantized weights and merged checkpoints take: its compute precision."""
+    return tc.mixed_precision if tc.mixed_precision in ("bf16", "fp16") else "fp32"
+
+
+def load_options(weights: str, torch: Any) -> dict[str, Any]:
+    """The `from_pretrained` keywords every load of the model shares: the dtype the plan chose (plan.weights_dtype)."""
+    return {"dtype": torch_dtype(weights, torch)}
+
+
 def load_quantized(path: str, tc: TrainingConfig, torch: Any, *, gradient_checkpointing: bool = False) -> Any:
     """The frozen base in 4 or 8 bits on this worker's device, prepared for k-bit training (LoRA goes on top)."""
     from peft import prepare_model_for_kbit_training
@@ -123,16 +139,17 @@ def load_quantized(path: str, tc: TrainingConfig, torch: Any, *, gradient_checkp
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = AutoModelForCausalLM.from_pretrained(path, quantization_config=bnb_config(tc, torch),
-                                                 dtype=torch.float32, device_map={"": device})
+                                                 **load_options(compute_weights(tc), torch), device_map={"": device})
     return prepare_model_for_kbit_training(model, use_gradient_checkpointing=gradient_checkpointing)
 
 
-def merged_full_precision(base_path: str, peft_model: Any, torch: Any) -> Any:
-    """The adapter merged into the base loaded in fp32 (never into the quantized weights)."""
+def merged_unquantized(base_path: str, peft_model: Any, weights: str, torch: Any) -> Any:
+    """The adapter merged into the base loaded unquantized, in `weights` (the training precision), never into the
+    quantized weights: that would re-quantize the adapter's delta and lose it."""
     from peft import get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
     from transformers import AutoModelForCausalLM
 
-    base = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32, device_map={"": "cpu"})
+    base = AutoModelForCausalLM.from_pretrained(base_path, **load_options(weights, torch), device_map={"": "cpu"})
     name = peft_model.active_adapter if isinstance(peft_model.active_adapter, str) else "default"
     cfg = peft_model.peft_config[name]
     fresh = get_peft_model(base, cfg)

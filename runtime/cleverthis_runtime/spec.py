@@ -83,6 +83,24 @@ class TrainingConfig(StrictModel):
     gradient_checkpointing: bool | None = Field(
         None, description="Recompute activations in backward; unset = automatic"
     )
+    optim: Literal["adamw_torch", "adamw_torch_fused", "adamw_bnb_8bit", "paged_adamw_8bit", "paged_adamw_32bit",
+                   "adafactor"] | None = Field(
+        None,
+        description="Optimizer, by its transformers name: adamw_torch, adamw_torch_fused, adamw_bnb_8bit (8-bit "
+                    "states), paged_adamw_8bit / paged_adamw_32bit (states paged to CPU memory on a GPU), adafactor; "
+                    "unset = adamw_torch, and paged_adamw_8bit for QLoRA on a GPU",
+    )
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] | None = Field(
+        None,
+        description="Attention kernel: sdpa (torch's scaled_dot_product_attention), eager, or flash_attention_2 (a "
+                    "GPU and the flash-attn package); unset = the model's own, flash_attention_2 where packed rows "
+                    "can use it",
+    )
+    use_liger_kernel: bool = Field(
+        False,
+        description="Liger's fused Triton kernels (RMSNorm, RoPE, SwiGLU, cross-entropy) for less memory and more "
+                    "speed: needs a GPU and the liger-kernel package on the workers",
+    )
     learning_rate: float = Field(2e-4, gt=0, lt=1, description="Peak learning rate (1e-4 to 2e-5 is usual for fine-tuning)")
     warmup_ratio: float = Field(0.0, ge=0, lt=1, description="Fraction of steps spent warming up")
     lr_scheduler: Literal["linear", "cosine", "constant", "constant_with_warmup"] = Field(
@@ -115,6 +133,11 @@ class TrainingConfig(StrictModel):
     )
     early_stopping_threshold: float = Field(
         0.0, ge=0, description="How much lower the validation loss must be than the best so far to count as improvement"
+    )
+    keep_checkpoints: int | None = Field(
+        None, ge=1,
+        description="Keep this job's last N checkpoints (epochs and cancels) besides best and epoch-final, deleting "
+                    "older ones as new ones are written; unset = keep every checkpoint",
     )
     gradient_accumulation_steps: int = Field(1, ge=1, description="Micro-batches per optimizer step")
     seed: int = Field(42, ge=0, description="Random seed")

@@ -28,7 +28,9 @@ from typing import Any
 from . import (
     checkpoints,
     compat,
+    events,
     lora_targets,
+    memory,
     methods,
     parallel,
     pipeline,
@@ -41,7 +43,7 @@ from .control import WorkerControl, worker_entry
 from .data import approximate_lengths, lazy, packed, text_blocks
 from .inputs import WorkerInputs
 from .monitoring import RayMetrics, Utilisation
-from .plan import Device, PlanError, make_plan, start_of
+from .plan import Device, PlanError, make_plan, method_of, precision_of, start_of, weights_dtype
 from .spec import JobSpec, TrainingConfig, parallelism_error
 
 __all__ = ["Patience", "RayMetrics", "Utilisation", "run", "tracking_locations", "train_loop"]
@@ -87,6 +89,7 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
     inp.emit("phase", phase="loading_data")
     inp.load_dataset()  # the node's Arrow copy, memory-mapped (sources.py)
     base_path, tokenizer, template = _load_tokenizer(inp)
+    process = memory.process_bytes()  # the fixed overhead, measured before the model's tensors (the plan's memory)
     # batch_size is per data-parallel replica: with tensor parallelism a group of workers holds one replica
     total_batch = spec.batch_size * parallel.sizes(tc, world)[1] * tc.gradient_accumulation_steps
     meta = inp.meta
@@ -94,8 +97,9 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
         method = meta["method"] if meta["method"] in ("lora", "qlora") and meta.get("adapter") \
             else ("lora" if meta.get("adapter") else "full")
         inp.tc = tc = tc.model_copy(update={"method": method})
-    model, base_how = _load_model(spec, tc, inp.source, meta, inp.original_base, base_path, torch, world)
-    model, plan = _planned_model(inp, model, template, torch)
+    weights = _weights_dtype(tc, inp.source or base_path or inp.original_base, torch)
+    model, base_how = _load_model(spec, tc, inp.source, meta, inp.original_base, base_path, torch, world, weights)
+    model, plan = _planned_model(inp, model, template, torch, process)
     inp.emit("phase", phase="loading_data")  # the rows: tokenized here where packing or raw text needs it
     inp.make_rows(lambda train, val: _rows(inp, tokenizer, plan, train, val))
     if plan.batching == "packed" and inp.dataset.kind != "text":  # several examples per row (rows.packed)
@@ -107,8 +111,11 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
                  global_step=(meta or {}).get("global_step"), partial=bool((meta or {}).get("partial")),
                  base_model=inp.original_base, base_loaded=base_how)
     trainer, callback = _trainer(inp, model, tokenizer, plan, resume, total_batch, control, torch)
+    callback.weights = plan.weights_dtype
+    callback.keep_checkpoints = tc.keep_checkpoints
     if methods.is_quantized(tc):
         callback.merge_base = base_path or inp.original_base
+        callback.weights = methods.compute_weights(tc)
     if config.get("tune"):  # a sweep's trial: each epoch's losses go to Ray Tune too (sweep.py)
         import ray.train
 
@@ -121,6 +128,8 @@ def run(config: dict[str, Any], *, rank: int = 0, world: int = 1, control: Worke
         if rank == 0:
             checkpoints.remove_job_files(inp.ckpt_root, callback.job_files)
 
+    # every worker's peak beside the plan's estimate (the job detail shows the highest)
+    events.emit("memory", rank=rank, planned_gb=plan.memory_per_worker_gb.get("total"), **memory.peak(torch))
     # epoch-final and best were pointed by the callback as their checkpoints were written (before any
     # cancel acknowledgement lets the driver exit).
     if torch.distributed.is_initialized():
@@ -217,7 +226,8 @@ def _resume_mode(inp: WorkerInputs, total_batch: int, plan: Any) -> str | None:
     return resume
 
 
-def _planned_model(inp: WorkerInputs, model: Any, template: tuple[str, str], torch: Any) -> tuple[Any, Any]:
+def _planned_model(inp: WorkerInputs, model: Any, template: tuple[str, str], torch: Any,
+                   process: float | None = None) -> tuple[Any, Any]:
     """The automatic plan (its `plan` event), and the model as it trains: with LoRA added for a new LoRA job."""
     tc = inp.tc
     refusal = methods.packing_refusal(model)
@@ -226,12 +236,16 @@ def _planned_model(inp: WorkerInputs, model: Any, template: tuple[str, str], tor
     params, devices = float(_parameters(model)), _devices(torch)
     attention = methods.attention(model, devices)
     plan = make_plan(params=params, devices=devices, workers=inp.world, config=tc, attention=attention,
-                     packing_refusal=refusal, raw_text=inp.dataset is not None and inp.dataset.kind == "text")
+                     packing_refusal=refusal, raw_text=inp.dataset is not None and inp.dataset.kind == "text",
+                     workload=memory.workload(model, tc, inp.spec.batch_size), process_bytes=process)
     if plan.batching == "packed":  # the block-diagonal mask (or varlen attention) from position_ids needs no cache
         model.config.use_cache = False
-        if attention != getattr(model.config, "_attn_implementation", None):
-            model.set_attn_implementation(attention)
+    # training_config's attn_implementation, or the varlen attention packed rows run with (the plan's choice)
+    if plan.attn_implementation and plan.attn_implementation != getattr(model.config, "_attn_implementation", None):
+        model.set_attn_implementation(plan.attn_implementation)
     plan_event = plan.as_dict()
+    if plan.weights_dtype not in ("4bit", "8bit"):  # what the weights hold, read from them
+        plan_event["weights_dtype"] = _loaded_dtype(model)
     if plan.parallelism is not None:
         plan_event["parallelism"] = parallel.layout(tc, inp.world, model.config)
     plan_event["chat_template"] = template[0]
@@ -253,11 +267,18 @@ def _planned_model(inp: WorkerInputs, model: Any, template: tuple[str, str], tor
     return model, plan
 
 
+def _loaded_dtype(model: Any) -> str:
+    """The dtype of the model's weights as loaded: "bf16", "fp16" or "fp32"."""
+    dtype = str(next(model.parameters()).dtype)
+    return {"torch.bfloat16": "bf16", "torch.float16": "fp16"}.get(dtype, "fp32")
+
+
 def _parameters(model: Any) -> int:
     """The model's parameter count (a tensor-parallel weight counts whole, not its local shard)."""
     import math
 
-    return sum(math.prod(p.shape) for p in model.parameters())
+    # a 4-bit weight stores two values per byte (bitsandbytes' Params4bit keeps the packed shape)
+    return sum(math.prod(p.shape) * (2 if type(p).__name__ == "Params4bit" else 1) for p in model.parameters())
 
 
 _CHECKPOINTING = "activation_checkpointing"
@@ -300,6 +321,8 @@ def _training_args(inp: WorkerInputs, plan: Any, total_epochs: int, torch: Any) 
         disable_tqdm=True,
         include_num_input_tokens_seen="non_padding",
         ddp_find_unused_parameters=False,
+        optim=plan.optim,
+        use_liger_kernel=tc.use_liger_kernel,  # refused by the plan where it cannot run (no package, no GPU)
         **({"deepspeed": ds_config} if ds_config else {}),
     )
 
@@ -368,25 +391,46 @@ def _lengths(rows: Any) -> list[int]:
     return approximate_lengths(rows)
 
 
+def _weights_dtype(tc: TrainingConfig, path: str, torch: Any) -> str:
+    """The dtype the weights load in (plan.weights_dtype), decided before they load: the precision and the method
+    as the plan will choose them. An automatic method needs the parameter count: the model built on the meta
+    device (no memory) counts it."""
+    devices = _devices(torch)
+    precision, _ = precision_of(tc, devices)
+    method = tc.method
+    if method is None and precision in ("bf16", "fp16"):  # in fp32 every method loads fp32: no need to count
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        with torch.device("meta"):
+            params = float(_parameters(AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))))
+        method, _ = method_of(tc, params, devices, precision)
+    return weights_dtype(method or "full", precision, tc)
+
+
 def _load_model(spec: JobSpec, tc: TrainingConfig, source: str | None, meta: dict[str, Any] | None,
-                orig_base: str, base_path: str | None, torch: Any, world: int = 1) -> tuple[Any, str | None]:
+                orig_base: str, base_path: str | None, torch: Any, world: int = 1,
+                weights: str = "fp32") -> tuple[Any, str | None]:
+    """The model as it trains (LoRA is added later for a new job), its weights in `weights` (plan.weights_dtype),
+    and how a LoRA resume found its base ("original", "unmerged_from_checkpoint", or None)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     # tensor parallelism: transformers splits each weight over the workers as it loads it (parallel.py)
     split = {"distributed_config": dc} if (dc := parallel.distributed_config(tc, world)) is not None else {}
+    split.update(methods.load_options(weights, torch))
     if tc.model_parallel_size > 1:
         why = parallel.refusal(tc, AutoConfig.from_pretrained(source or base_path or orig_base), tc.method)
         if why:
             raise PlanError(f"{why[0]}: {why[1]}")
     if source is None:
         if spec.from_scratch:
-            return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(base_path or orig_base)), None
+            return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(base_path or orig_base),
+                                                    **methods.load_options(weights, torch)), None
         if methods.is_quantized(tc):  # QLoRA: a 4/8-bit frozen base (LoRA is added by the caller)
             return methods.load_quantized(base_path or orig_base, tc, torch,
                                           gradient_checkpointing=bool(tc.gradient_checkpointing)), None
-        return AutoModelForCausalLM.from_pretrained(base_path or orig_base, dtype=torch.float32, **split), None
+        return AutoModelForCausalLM.from_pretrained(base_path or orig_base, **split), None
     if not (meta or {}).get("adapter"):
-        return AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, **split), None
+        return AutoModelForCausalLM.from_pretrained(source, **split), None
     from peft import PeftModel
 
     adapter = os.path.join(source, checkpoints.ADAPTER_DIR)
@@ -394,13 +438,17 @@ def _load_model(spec: JobSpec, tc: TrainingConfig, source: str | None, meta: dic
         if methods.is_quantized(tc):  # QLoRA: the same 4/8-bit frozen base as the first run
             base = methods.load_quantized(base_path, tc, torch, gradient_checkpointing=bool(tc.gradient_checkpointing))
         else:
-            base = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+            base = AutoModelForCausalLM.from_pretrained(base_path, **methods.load_options(weights, torch))
         return PeftModel.from_pretrained(base, adapter, is_trainable=True), "original"
     # The original base is not on this node (and may not be downloaded): the checkpoint's merged weights
     # minus the adapter's delta are the base again (peft's unmerge).
     from peft.tuners.lora import LoraLayer
 
-    merged = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    if not os.path.exists(os.path.join(source, "config.json")):
+        raise PlanError(f"checkpoint {source} holds the LoRA adapter alone (an epoch that was neither best nor final), "
+                        f"and its base model {orig_base} is not on this node: put the base model back, or resume "
+                        "from epoch-final or best, which hold the merged weights")
+    merged = AutoModelForCausalLM.from_pretrained(source, **methods.load_options(weights, torch))
     model = PeftModel.from_pretrained(merged, adapter, is_trainable=True)
     for module in model.modules():
         if isinstance(module, LoraLayer):

@@ -196,7 +196,8 @@ def test_lora_finetune_two_epochs(ray_cluster, tiny_model, dataset, job_name, cl
 
     chat = ChatWithCheckpoint(Job(job_name, service=svc), checkpoints=["epoch-1", "epoch-final"], max_new_tokens=8)
     answers = chat.ask(prompt)
-    assert [(a["label"], a["served_as"]) for a in answers] == [("epoch-1", "merged weights"),
+    # epoch-1 is neither best nor final: its adapter alone, served on its base
+    assert [(a["label"], a["served_as"]) for a in answers] == [("epoch-1", f"base {tiny_model} plus the LoRA adapter"),
                                                                ("epoch-final", "merged weights")]
     assert [a["text"] for a in answers] == [here(AutoModelForCausalLM.from_pretrained(str(root / c)))
                                             for c in ("epoch-1", "epoch-final")]
@@ -267,13 +268,16 @@ def test_cli_wait_and_json(ray_cluster, tiny_model, dataset, job_name, capsys):
 
     from jupyter_cleverthis.cli import main
 
+    # bf16 on CPU: the frozen LoRA base loads in bf16 (the plan's weights_dtype is read from the job's weights)
     rc = main(["--name", job_name, "--model", tiny_model, "--dataset", str(dataset), "--epochs", "1",
-               "--batch-size", "16", "--workers", "1", "--wait"])
+               "--batch-size", "16", "--workers", "1", "--config", '{"mixed_precision": "bf16"}', "--wait"])
     assert rc == 0
     capsys.readouterr()
     assert main(["show", job_name, "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["status"] == "succeeded" and shown["checkpoints"][0]["name"] == "epoch-1"
+    assert shown["plan"]["weights_dtype"] == "bf16" and shown["plan"]["precision"] == "bf16"
+    assert shown["checkpoints"][0]["merged"] is True  # the last epoch: epoch-final, merged in bf16
     assert main(["cluster", "list", "--json"]) == 0
     clusters = json.loads(capsys.readouterr().out)
     local = [c for c in clusters if c["name"] == "local"][0]

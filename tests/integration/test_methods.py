@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from .training_helpers import run_job  # noqa: E402
+from .training_helpers import assert_memory_as_planned, run_job  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -39,6 +39,7 @@ def test_packed_job_trains(ray_cluster, tiny_model, dataset, job_name):
     assert packing and packing[0]["rows"] < dataset_ev["examples"]  # fewer, fuller rows
     plan = [e for e in evs if e["type"] == "plan"][0]
     assert plan["batching"] == "packed" and plan["reasons"]["batching"].startswith("packed: set in training_config")
+    assert_memory_as_planned(evs, workers=2)
     steps = [e["loss"] for e in evs if e["type"] == "step"]
     assert len(steps) >= 5
     assert sum(steps[-2:]) / 2 < sum(steps[:2]) / 2, steps
@@ -67,6 +68,7 @@ def test_qlora_job_trains_and_adapter_loads(ray_cluster, tiny_arch, dataset, job
     assert plan["lora_target_modules"] == targets
     steps = [e["loss"] for e in evs if e["type"] == "step"]
     assert len(steps) >= 5 and steps[-1] < steps[0], steps
+    assert_memory_as_planned(evs, workers=2)  # the 4/8-bit base, measured in each Ray worker
 
     ckpt = dataset / "checkpoints" / "epoch-final"
     assert json.loads((ckpt / "checkpoint.json").read_text())["method"] == "qlora"

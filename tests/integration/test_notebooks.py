@@ -1,4 +1,8 @@
-"""Every example notebook runs top to bottom with a real kernel against the test run's local cluster."""
+"""Every example notebook runs top to bottom with a real kernel against the test run's local cluster.
+
+The notebooks of features that tests/integration covers one by one (sweeps: test_sweeps, tracking: test_tracking,
+QLoRA and DeepSpeed: test_methods, test_strategies) are marked `bench`: `make bench` runs them, `make test` runs
+the quickstart and the datasets notebook."""
 
 from __future__ import annotations
 
@@ -12,7 +16,11 @@ pytestmark = pytest.mark.integration
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-@pytest.mark.parametrize("nb_path", sorted(EXAMPLES.glob("*.ipynb")), ids=lambda p: p.stem)
+SLOW = {"sweep", "tracking", "qlora_deepspeed"}
+
+
+@pytest.mark.parametrize("nb_path", [pytest.param(p, marks=[pytest.mark.bench] if p.stem in SLOW else [])
+                                     for p in sorted(EXAMPLES.glob("*.ipynb"))], ids=lambda p: p.stem)
 def test_example_notebook_runs(nb_path, ray_cluster, tiny_model):
     nb = nbformat.read(nb_path, as_version=4)
     NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(EXAMPLES)}}).execute()

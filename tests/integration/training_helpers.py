@@ -114,3 +114,14 @@ def run_job(tiny_model, dataset, job_name, config, *, workers=2, batch_size=8, t
     assert final.status == JobStatus.SUCCEEDED, (final.error, [e for e in evs if e["type"] in ("error", "worker_error")])
     print(f"{job_name}: {time.time() - t0:.1f} s")
     return final, evs
+
+
+def assert_memory_as_planned(evs: list[dict], workers: int, tolerance: float = 0.25) -> None:
+    """Every worker reported its measured peak at the end of its run (`memory` event), within `tolerance` of the
+    plan's per-worker estimate (the process's resident size on CPU)."""
+    plan = [e for e in evs if e["type"] == "plan"][0]["memory_per_worker_gb"]
+    mem = [e for e in evs if e["type"] == "memory"]
+    assert sorted(e["rank"] for e in mem) == list(range(workers)), mem
+    for e in mem:
+        assert e["planned_gb"] == plan["total"], (e, plan)
+        assert abs(plan["total"] - e["peak_bytes"] / 1e9) <= tolerance * e["peak_bytes"] / 1e9, (e, plan)

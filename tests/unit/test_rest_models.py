@@ -56,6 +56,20 @@ def test_detail_parts_are_typed_and_served_as_before():
     assert JobSpec.model_validate(body["spec"]).name == "j"
 
 
+def test_memory_is_the_plans_estimate_beside_the_highest_worker_peak():
+    spec = JobSpec(name="j", dataset_path="/d")
+    evs = [{"type": "plan", "method": "full", "precision": "no", "strategy": "ddp",
+            "memory_per_worker_gb": {"weights": 0.1, "total": 1.93}},
+           {"type": "memory", "rank": 1, "planned_gb": 1.93, "peak_bytes": 2_100_000_000},
+           {"type": "memory", "rank": 0, "planned_gb": 1.93, "peak_bytes": 1_800_000_000}]
+    d = detail_of("local", _info(spec), [{"src": "w", "seq": n, "t": 1.0, **e} for n, e in enumerate(evs, 1)],
+                  log_url="")
+    assert d.plan.memory_per_worker_gb["total"] == 1.93
+    assert (d.memory.rank, d.memory.peak_bytes, d.memory.text) == (1, 2_100_000_000,
+                                                                   "memory: planned 1.9 GB, peak 2.1 GB")
+    assert detail_of("local", _info(spec), [], log_url="").memory is None
+
+
 def test_queued_reason_says_what_is_short():
     nodes = [{"node_id": "n1", "name": "10.0.0.1", "head": True, "CPU": {"total": 4, "free": 1},
               "used_by": [{"job": "other", "CPU": 3}]}]

@@ -84,8 +84,11 @@ def test_checkpoint_holds_the_trainers_resume_state(straight):
     meta = checkpoints.read_meta(str(ep1))
     assert meta["epoch"] == 1 and meta["global_step"] == STEPS_PER_EPOCH and meta["partial"] is False
     assert meta["total_batch"] == 8 and meta["examples"] == 158 and meta["planned_epochs"] == 2
-    assert (ep1 / ADAPTER).exists() and (ep1 / "model.safetensors").exists()
+    # an epoch that is neither best nor final is its adapter (also at its root, for from_pretrained)
+    assert (ep1 / ADAPTER).exists() and (ep1 / "adapter_config.json").exists()
+    assert not (ep1 / "model.safetensors").exists() and meta["merged"] is False
     assert os.readlink(straight / "epoch-final") == "epoch-2"
+    assert (straight / "epoch-2" / "model.safetensors").exists() and not (straight / "epoch-2" / "adapter_config.json").exists()
 
 
 def test_one_epoch_then_resume_equals_two_epochs(straight, tiny, tmp_path):
@@ -155,20 +158,27 @@ def _step_losses(log: str) -> dict[int, float]:
 def test_lora_resume_without_the_base_recovers_it_from_the_merged_weights(straight, tiny, tmp_path, capsys):
     """The base is recovered from the checkpoint's merged weights minus the adapter's delta: equal to the original
     base up to fp32 rounding, so the resumed steps are the exact resume's. (Later steps drift by that rounding,
-    amplified by this tiny model's learning rate of 0.01: the adapters after 20 more steps differ by ~1e-3.)"""
+    amplified by this tiny model's learning rate of 0.01: the adapters after 20 more steps differ by ~1e-3.)
+    An epoch without merged weights (neither best nor final) cannot do that, and says what to do instead."""
+    import torch
     from safetensors.torch import load_file
 
+    from cleverthis_runtime.plan import PlanError
     from cleverthis_runtime.train import _load_model
 
+    lone = tmp_path / "lone"
+    shutil.copytree(straight / "epoch-1", lone)
+    spec = JobSpec(name="nobase", base_model=str(lone), dataset_path=str(DATA))
+    tc = TrainingConfig.model_validate({**read_training_config(str(DATA))[0], "method": "lora"})
+    with pytest.raises(PlanError, match="holds the LoRA adapter alone.*resume from epoch-final or best"):
+        _load_model(spec, tc, str(lone), {"adapter": True}, str(tmp_path / "gone"), None, torch)
+
     src = tmp_path / "src"
-    shutil.copytree(straight / "epoch-1", src)
+    shutil.copytree(straight / "epoch-2", src)
     meta = json.loads((src / checkpoints.META_FILE).read_text())
     meta["base_model"] = str(tmp_path / "gone")  # the base is not on this node and must not be downloaded
     (src / checkpoints.META_FILE).write_text(json.dumps(meta))
-    import torch
-
     spec = JobSpec(name="nobase", base_model=str(src), dataset_path=str(DATA))
-    tc = TrainingConfig.model_validate({**read_training_config(str(DATA))[0], "method": "lora"})
     model, how = _load_model(spec, tc, str(src), meta, meta["base_model"], None, torch)
     assert how == "unmerged_from_checkpoint"
     original = load_file(str(Path(tiny) / "model.safetensors"))
@@ -180,10 +190,10 @@ def test_lora_resume_without_the_base_recovers_it_from_the_merged_weights(straig
     r = _job("nobase", tmp_path / "checkpoints", 1, str(src))
     assert r["resume"] == "exact"
     recovered_steps = _step_losses(capsys.readouterr().out)
-    _job("withbase", tmp_path / "checkpoints-b", 1, str(straight / "epoch-1"))
+    _job("withbase", tmp_path / "checkpoints-b", 1, str(straight / "epoch-2"))
     exact_steps = _step_losses(capsys.readouterr().out)
     first = sorted(exact_steps)[:5]
-    assert first[0] == STEPS_PER_EPOCH + 1
+    assert first[0] == 2 * STEPS_PER_EPOCH + 1
     assert max(abs(recovered_steps[s] - exact_steps[s]) for s in first) <= 1e-4
 
 
@@ -286,3 +296,42 @@ def test_eval_steps_and_early_stopping_need_validation_data(tiny, tmp_path):
     assert preflight(spec, quick=True)["errors"] == []
     with pytest.raises(ValueError, match="early_stopping_patience"):
         TrainingConfig(early_stopping_patience=0)
+
+
+def test_bf16_lora_loads_a_bf16_base_writes_adapter_sized_epochs_and_a_bf16_final(tiny, tmp_path, capsys):
+    """A bf16 LoRA job on CPU: the frozen base loads in bf16 (read from the job's weights), the epoch that is
+    neither best nor final is the adapter alone, epoch-final holds bf16 merged weights that load as bf16, the
+    oldest checkpoint beyond keep_checkpoints goes, and every file follows the umask."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "checkpoints"
+    old = os.umask(0o007)
+    try:
+        _job("bf16", out, 3, tiny, mixed_precision="bf16", keep_checkpoints=2)
+    finally:
+        os.umask(old)
+    log = capsys.readouterr().out
+    plan = next(json.loads(line.split(" ", 1)[1]) for line in log.splitlines() if '"type":"plan"' in line)
+    assert plan["weights_dtype"] == "bf16" and plan["precision"] == "bf16"
+    assert "best and epoch-final add the merged weights" in plan["reasons"]["checkpoints"]
+    assert '"deleted":true' in log and not (out / "epoch-1").exists()  # keep 2: epoch-1 went when epoch-3 came
+    ep2, final = out / "epoch-2", out / "epoch-final"
+    assert os.readlink(final) == "epoch-3"
+    assert not (ep2 / "model.safetensors").exists() and (ep2 / "adapter_config.json").exists()
+    # the same folder as the final one but for the merged weights (this tiny model's adapter is half its size;
+    # a 7B model's is 0.6 %)
+    merged_bytes = os.path.getsize(final / "model.safetensors")
+    adapter_bytes = os.path.getsize(ep2 / ADAPTER)
+    assert checkpoints.size_of(str(ep2)) < checkpoints.size_of(str(final)) - merged_bytes + adapter_bytes + 4096
+    weights = load_file(str(final / "model.safetensors"))
+    assert {t.dtype for t in weights.values()} == {torch.bfloat16}
+    assert next(AutoModelForCausalLM.from_pretrained(str(final)).parameters()).dtype == torch.bfloat16
+    # an adapter-only epoch loads too: transformers reads its adapter_config.json and puts it on the base
+    assert hasattr(AutoModelForCausalLM.from_pretrained(str(ep2)), "peft_config")
+    for d, dirs, files in os.walk(out / "epoch-3"):
+        for f in files:
+            assert os.stat(os.path.join(d, f)).st_mode & 0o777 == 0o660, f
+        for x in dirs:
+            assert os.stat(os.path.join(d, x)).st_mode & 0o777 == 0o770, x

@@ -185,9 +185,22 @@ export function trackingRows(job: IJobDetail): KeyValueRow[] {
 export function planRows(job: IJobDetail): KeyValueRow[] {
   const plan: Partial<IPlan> = job.plan ?? {};
   const reasons = plan.reasons ?? {};
-  return ['method', 'precision', 'strategy', 'gradient_checkpointing', 'batching', 'lora_target_modules']
-    .filter(key => key !== 'lora_target_modules' || reasons[key] !== undefined)
+  const rows = ['method', 'precision', 'strategy', 'gradient_checkpointing', 'batching', 'optim', 'attn_implementation',
+    'lora_target_modules']
+    .filter(key => !['lora_target_modules', 'attn_implementation'].includes(key) || reasons[key] !== undefined)
     .map(key => [key, reasons[key] ?? (plan[key] === undefined || plan[key] === null ? null : String(plan[key]))] as KeyValueRow);
+  const memory = memoryWords(job);
+  return memory ? [...rows, ['memory', memory]] : rows;
+}
+
+/** "planned 1.9 GB, peak 2.1 GB": the plan's per-worker estimate and, once a worker reported it, the highest peak. */
+export function memoryWords(job: IJobDetail): string | null {
+  const planned = job.memory?.planned_gb ?? job.plan?.memory_per_worker_gb?.total;
+  const parts = [
+    typeof planned === 'number' ? `planned ${planned.toFixed(1)} GB` : null,
+    typeof job.memory?.peak_bytes === 'number' ? `peak ${(job.memory.peak_bytes / 1e9).toFixed(1)} GB` : null
+  ].filter(Boolean);
+  return parts.length ? parts.join(', ') : null;
 }
 
 /** The Utilisation table: each worker's latest resource use ("rank 0 (host)": CPU, memory, GPU where present). */

@@ -250,6 +250,7 @@ export function summaryAsDetail(job: IJobSummary): IJobDetail {
     stopped_early: false,
     stop_reason: null,
     utilisation: [],
+    memory: null,
     curve: null,
     hints: []
   };

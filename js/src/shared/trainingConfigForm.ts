@@ -29,6 +29,8 @@ export const CONFIG_GROUPS: readonly IConfigGroup[] = [
       'strategy',
       'deepspeed',
       'gradient_checkpointing',
+      'attn_implementation',
+      'use_liger_kernel',
       'placement_strategy',
       'tensor_parallel_size',
       'pipeline_parallel_size',
@@ -41,6 +43,7 @@ export const CONFIG_GROUPS: readonly IConfigGroup[] = [
     title: 'Optimisation',
     fields: [
       'learning_rate',
+      'optim',
       'lr_scheduler',
       'warmup_ratio',
       'weight_decay',
@@ -61,7 +64,8 @@ export const CONFIG_GROUPS: readonly IConfigGroup[] = [
       'early_stopping_patience',
       'early_stopping_threshold'
     ]
-  }
+  },
+  { id: 'checkpoints', title: 'Checkpoints', fields: ['keep_checkpoints'] }
 ];
 
 /** Fields of the LoRA group. */

@@ -38,6 +38,7 @@ export interface Checkpoint {
   eval_loss: number | null;
   adapter_path: string | null;
   size_bytes: number | null;
+  merged: boolean | null;
   marks: string[];
   snippet: string | null;
 }
@@ -457,6 +458,20 @@ export interface TrainingConfig {
    */
   gradient_checkpointing?: boolean | null;
   /**
+   * Optimizer, by its transformers name: adamw_torch, adamw_torch_fused, adamw_bnb_8bit (8-bit states), paged_adamw_8bit / paged_adamw_32bit (states paged to CPU memory on a GPU), adafactor; unset = adamw_torch, and paged_adamw_8bit for QLoRA on a GPU
+   */
+  optim?:
+    | ('adamw_torch' | 'adamw_torch_fused' | 'adamw_bnb_8bit' | 'paged_adamw_8bit' | 'paged_adamw_32bit' | 'adafactor')
+    | null;
+  /**
+   * Attention kernel: sdpa (torch's scaled_dot_product_attention), eager, or flash_attention_2 (a GPU and the flash-attn package); unset = the model's own, flash_attention_2 where packed rows can use it
+   */
+  attn_implementation?: ('sdpa' | 'eager' | 'flash_attention_2') | null;
+  /**
+   * Liger's fused Triton kernels (RMSNorm, RoPE, SwiGLU, cross-entropy) for less memory and more speed: needs a GPU and the liger-kernel package on the workers
+   */
+  use_liger_kernel?: boolean;
+  /**
    * Peak learning rate (1e-4 to 2e-5 is usual for fine-tuning)
    */
   learning_rate?: number;
@@ -504,6 +519,10 @@ export interface TrainingConfig {
    * How much lower the validation loss must be than the best so far to count as improvement
    */
   early_stopping_threshold?: number;
+  /**
+   * Keep this job's last N checkpoints (epochs and cancels) besides best and epoch-final, deleting older ones as new ones are written; unset = keep every checkpoint
+   */
+  keep_checkpoints?: number | null;
   /**
    * Micro-batches per optimizer step
    */
@@ -673,6 +692,7 @@ export interface JobDetail {
   stopped_early: boolean;
   stop_reason: string | null;
   utilisation: UtilisationEvent[];
+  memory: MemoryUse | null;
   curve: CurveDiagnosis | null;
   hints: Hint[];
 }
@@ -743,6 +763,15 @@ export interface Plan {
   chat_template: string | null;
   lora_target_modules: string | string[] | null;
   batching: string | null;
+  weights_dtype: string | null;
+  checkpoint_gb: {
+    [k: string]: unknown;
+  } | null;
+  optim: string | null;
+  attn_implementation: string | null;
+  memory_per_worker_gb: {
+    [k: string]: number;
+  };
   [k: string]: unknown;
 }
 /**
@@ -815,6 +844,19 @@ export interface UtilisationEvent {
   gpu_memory_total_bytes: number | null;
   gpu_error: string | null;
   [k: string]: unknown;
+}
+/**
+ * The plan's per-worker memory beside the highest peak a worker measured at the end of its run (the `memory`
+ * events): `text` says it in words ("memory: planned 1.9 GB, peak 2.1 GB").
+ *
+ * This interface was referenced by `CleverThisApi`'s JSON-Schema
+ * via the `definition` "MemoryUse".
+ */
+export interface MemoryUse {
+  planned_gb: number | null;
+  peak_bytes: number | null;
+  rank: number | null;
+  text: string;
 }
 /**
  * `GET /clusters/{cluster}/jobs`: a page of summaries, and how many jobs matched in all.

@@ -25,6 +25,7 @@ export type CleverthisEvent =
   | ValidationEvent
   | EarlyStopEvent
   | UtilisationEvent
+  | MemoryEvent
   | DownloadProgressEvent
   | DownloadDoneEvent
   | DownloadEvent
@@ -207,6 +208,15 @@ export interface PlanEvent {
   } | null;
   batching?: string | null;
   start?: string | null;
+  optim?: string | null;
+  attn_implementation?: string | null;
+  memory_per_worker_gb?: {
+    [k: string]: number;
+  };
+  weights_dtype?: string | null;
+  checkpoint_gb?: {
+    [k: string]: unknown;
+  } | null;
   [k: string]: unknown;
 }
 export interface WarningEvent {
@@ -273,6 +283,8 @@ export interface CheckpointEvent {
   size_bytes?: number | null;
   framework?: string | null;
   target?: string | null;
+  merged?: boolean | null;
+  deleted?: boolean | null;
   [k: string]: unknown;
 }
 /**
@@ -403,6 +415,25 @@ export interface UtilisationEvent {
   gpu_memory_used_bytes?: number | null;
   gpu_memory_total_bytes?: number | null;
   gpu_error?: string | null;
+  [k: string]: unknown;
+}
+/**
+ * A worker's peak memory at the end of its run beside the plan's per-worker estimate (memory.py): the peak
+ * resident size on CPU, the device memory on a GPU (torch's peak reserved plus the CUDA context).
+ */
+export interface MemoryEvent {
+  src?: string | null;
+  seq?: number;
+  t?: number | null;
+  type: 'memory';
+  trial?: string | null;
+  rank: number;
+  planned_gb?: number | null;
+  peak_bytes: number;
+  peak_rss_bytes?: number | null;
+  gpu_peak_allocated_bytes?: number | null;
+  gpu_peak_reserved_bytes?: number | null;
+  gpu_context_bytes?: number | null;
   [k: string]: unknown;
 }
 export interface DownloadProgressEvent {
