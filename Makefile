@@ -23,7 +23,7 @@ export CLEVERTHIS_TF_PYTHON ?= $(TF_ENV)/bin/python
 export CLEVERTHIS_STAGES ?= $(CURDIR)/.cache/stages.txt
 STAGE := $(CURDIR)/.ci/stage
 
-.PHONY: wheel-venv test-wheel-check test-serial test-late hub-proxy install install-tf demo test test-fast lint test-unit test-js types test-wheel test-pytest test-ui bench clean chromium
+.PHONY: docs wheel-venv test-wheel-check test-serial test-late hub-proxy install install-tf demo test test-fast lint test-unit test-js types test-wheel test-pytest test-ui bench clean chromium
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -36,7 +36,7 @@ $(STAMP): pyproject.toml constraints.txt js/package.json js/package-lock.json | 
 	@# install's install.json would land there and the next wheel build would add it twice: undo both first.
 	if [ -L $(VENV)/share/jupyter/labextensions/jupyter-cleverthis ]; then rm $(VENV)/share/jupyter/labextensions/jupyter-cleverthis; fi
 	rm -f jupyter_cleverthis/labextension/install.json
-	$(UV) -e ".[train,dev]"
+	$(UV) -e ".[train,dev,docs]"
 	$(VENV)/bin/jupyter builder develop --overwrite . >/dev/null
 	@# DeepSpeed's JIT-built ops are cached per environment and versions (strategies.environment_key). ninja
 	@# rebuilds them when a source or header is newer than the build, and an installer may stamp the files it
@@ -62,6 +62,12 @@ lint: install
 
 test-js: install
 	cd js && npm test
+
+# The manual (docs/, Sphinx + MyST) into docs/_build/html. Warnings are errors, and -n makes every internal reference
+# a checked one (a broken link or a missing page fails); nothing is fetched. The reference pages (job spec, CLI, REST,
+# error kinds) are written from the code as the build starts (docs/_ext/cleverthis_reference.py).
+docs: install
+	$(VENV)/bin/sphinx-build -W --keep-going -n -q -b html docs docs/_build/html
 
 # After a change to the pydantic models (service/models.py, spec.py, event_models.py): re-export their JSON Schemas
 # and the front-end's types generated from them (js/src/shared/generated; tests fail while these are stale).
