@@ -116,8 +116,8 @@ def job_name(request: pytest.FixtureRequest) -> Iterator[str]:
 @pytest.fixture
 def stop_at_end() -> Iterator[list[str]]:
     """Job names a test starts under names of its own (the browser tests' `unique`): whichever of them still runs
-    at teardown is stopped, so a failed test's 1,000-epoch job does not load the tests after it (seen in CI: the
-    JupyterHub test failed, its job ran on, and the next browser test starved)."""
+    at teardown is stopped, so a failed test's 1,000-epoch job does not run on and starve the browser tests
+    after it."""
     names: list[str] = []
     yield names
     for name in names:
@@ -126,7 +126,7 @@ def stop_at_end() -> Iterator[list[str]]:
 
 def _stop_leftover_jobs(prefix: str) -> None:
     """A test's jobs end with it: one that failed midway must not leave its jobs running on the shared head, where
-    they would starve the tests after it (seen in CI: a pre-flight timed out behind five orphaned jobs)."""
+    they would starve the tests after it (a pre-flight can time out behind a few orphaned jobs)."""
     from jupyter_cleverthis.service.jobs import JobService
     from jupyter_cleverthis.service.ray_client import TERMINAL_RAY_STATUSES
 
@@ -148,8 +148,8 @@ def jp_server_config() -> dict:
 @pytest.fixture(autouse=True)
 def _no_cluster_of_its_own() -> Iterator[None]:
     """No test starts a Ray cluster inside the pytest process: an implicit `ray.init()` (a `ray.data.from_items`,
-    a `.remote()`) boots a second local head beside the run's shared one, which timed out under CI's load (stop
-    33's red run). Jobs and helpers reach the shared head through the Job API or processes of their own."""
+    a `.remote()`) boots a second local head beside the run's shared one, which times out on a loaded machine.
+    Jobs and helpers reach the shared head through the Job API or processes of their own."""
     yield
     import sys
 

@@ -1,5 +1,5 @@
 /**
- * The sidebar's compare (issue 21): the jobs marked in the job list, their loss curves overlaid in one plot
+ * The sidebar's compare: the jobs marked in the job list, their loss curves overlaid in one plot
  * and, beside them, where their specs differ (`GET .../compare`, the service's `spec_diff`, the same table as
  * the notebook's `LossCurve([a, b])`). A main-area tab; "Refresh" reads the curves again.
  */

@@ -1,5 +1,5 @@
 /**
- * "Open at line N" for a dataset error (issue 21): the file opens in JupyterLab's text editor with the cursor
+ * "Open at line N" for a dataset error: the file opens in JupyterLab's text editor with the cursor
  * on that line, where the file lies under the folder the Jupyter server shows (`server_root` of
  * `GET /clusters`). A path elsewhere (a cluster node's disk, a bucket) is shown, not opened.
  */

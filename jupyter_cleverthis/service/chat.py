@@ -1,4 +1,4 @@
-"""Chat with a checkpoint (issue 17): the same prompt to one or more checkpoints, answered on the cluster.
+"""Chat with a checkpoint: the same prompt to one or more checkpoints, answered on the cluster.
 
 Generation never runs in the Jupyter server's process: a short helper job runs `cleverthis_runtime.chat` on
 the cluster (on a GPU when the job trained on one), and its answer arrives piece by piece through the job's log

@@ -1,4 +1,4 @@
-"""Compare runs (issue 21): where the specs of several jobs differ, key by key (training_config's keys as
+"""Compare runs: where the specs of several jobs differ, key by key (training_config's keys as
 `training_config.<key>`), for the config diff shown beside their overlaid curves (`LossCurve([a, b])`)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Export merged (issue 21): a job's checkpoint written as a standalone fp16/bf16 model folder, on the cluster.
+"""Export merged: a job's checkpoint written as a standalone fp16/bf16 model folder, on the cluster.
 
 The work is the runtime's (`cleverthis_runtime.export`, run as a helper job on the head, which reads the
 checkpoint folder where the job wrote it); here: which checkpoint, who may, and the answer as an `ExportResult`.

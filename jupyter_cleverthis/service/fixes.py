@@ -1,4 +1,4 @@
-"""Failures that offer a fix (issue 21): for a failed job's error kind, the changes to its spec that the page's
+"""Failures that offer a fix: for a failed job's error kind, the changes to its spec that the page's
 advice names, each a `Fix` the views turn into a "Retry with ..." button that opens the create form prefilled
 with the job's spec and that change. One source for the job tab, the notebook's job view and `%train show`.
 """

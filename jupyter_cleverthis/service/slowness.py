@@ -1,4 +1,4 @@
-"""Slow and stuck jobs (issue 21): the page's "Slow training throughput" and "initializing for more than 10
+"""Slow and stuck jobs: the page's "Slow training throughput" and "initializing for more than 10
 minutes" read from a job's events, one source for the job tab, the notebook's job view and `%train show`.
 
 The thresholds (README, Troubleshooting), over the last WINDOW `step` events:

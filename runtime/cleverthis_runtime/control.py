@@ -145,7 +145,7 @@ def worker_entry(config: dict[str, Any], run: Any, *, fatal_types: tuple[type, .
         if report_error(e, rank, control, fatal_types) and control.handle is not None:
             # The driver ends the job on a fatal error (DriverWatch, within ~2 s) and Ray then stops this
             # worker. Raising at once let Ray Train's controller start a retry meanwhile: the retry's placement
-            # group, created as the driver exited, outlived the job and held a CPU for minutes (CI, ui-oom).
+            # group, created as the driver exited, would outlive the job and hold its CPUs for minutes.
             time.sleep(FATAL_WAIT_S)
         raise
     finally:

@@ -92,7 +92,7 @@ _decoder = json.JSONDecoder()
 def events_on_line(line: str) -> Iterator[dict[str, Any]]:
     """Every event on a log line. Usually one, but two threads printing into one process's stdout can join
     lines: Ray's `print` of a forwarded worker line writes the text and its newline in two writes, and the
-    driver's re-print of that event can land between them (CI saw `(RayTrainWorker ...) @@...{...}@@...{...}`).
+    driver's re-print of that event can land between them (`(RayTrainWorker ...) @@...{...}@@...{...}`).
     Each object is decoded from its prefix on, ignoring what follows it.
 
     An event is checked against its type's model (event_models.py): a valid `phase` event's phase becomes a

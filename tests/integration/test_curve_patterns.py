@@ -1,4 +1,4 @@
-"""The loss-curve diagnosis on real tiny jobs, where a pattern can be provoked (issue 21): a learning rate of almost
+"""The loss-curve diagnosis on real tiny jobs, where a pattern can be provoked: a learning rate of almost
 nothing leaves the loss flat, one far too high makes it oscillate or spike. Both jobs run side by side on the real
 local Ray cluster; the service reads their step losses and says what the page says, and `%train show` prints it."""
 
@@ -12,7 +12,7 @@ from jupyter_cleverthis.spec import JobSpec, JobStatus
 from jupyter_cleverthis.text import detail_text
 
 # serial: its two jobs run in the serial stage, which runs beside the browser tests with time to spare, instead of
-# in the CPU-bound parallel stage that sets the length of CI
+# in the CPU-bound parallel stage that sets the length of `make test`
 pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 #: tag -> (training_config, the patterns the page predicts for it)

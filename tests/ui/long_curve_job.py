@@ -1,4 +1,4 @@
-"""A Ray job standing in for a long training run in the browser tests (issue 16: "a full 5,000-step curve in each
+"""A Ray job standing in for a long training run in the browser tests ("a full 5,000-step curve in each
 of the three front-ends"). It prints the runtime's own event lines (cleverthis_runtime.events, checked against
 the event models) for STEPS steps, so the curve travels the real path: Ray's job log, the service's event store,
 `GET .../metrics` downsampled, then each front-end. 5,000 real steps would cost minutes of CPU per run."""

@@ -1,4 +1,4 @@
-"""A failed job's fixes in the browser (issue 21): the page's "Retry with ..." buttons, each opening the create form
+"""A failed job's fixes in the browser: the page's "Retry with ..." buttons, each opening the create form
 with its change. The job is real: the training runtime on the test run's head, with torch's out-of-memory error
 raised in its second step (as tests/integration/test_faults.py does: a CPU has no CUDA allocator to exhaust)."""
 

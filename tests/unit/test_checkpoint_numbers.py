@@ -1,4 +1,4 @@
-"""Checkpoints with their numbers (issue 21): epoch, step, losses and size from the checkpoint events, the links
+"""Checkpoints with their numbers: epoch, step, losses and size from the checkpoint events, the links
 `best`, `latest` and `epoch-final` marked on the checkpoint they point at, and the code that loads each; the same
 in `%train show`. (In a real job: test_finetune's LoRA job, the sidebar's browser test.)"""
 

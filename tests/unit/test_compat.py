@@ -97,8 +97,8 @@ def _store_listens_on(patched: bool, tmp_path) -> list[str]:
     procs = [subprocess.Popen([sys.executable, "-c", GROUP, str(rank), str(port), "1" if patched else "0"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
              for rank in (0, 1)]
-    # generous: two processes importing torch at once took 60-137 s for this test's two calls on a loaded CI
-    # machine (load 16), and 120 s per call ran out once
+    # generous: two processes importing torch at once take 60-137 s for this test's two calls on a loaded
+    # machine (load 16), more than 120 s per call at worst
     outs = [p.communicate(timeout=400) for p in procs]
     for p, (_out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err[-3000:]

@@ -63,9 +63,9 @@ def test_the_service_side_parser_checks_each_line_against_its_model():
 
 
 def test_two_events_joined_on_one_line_are_both_found():
-    """CI (stop 34): Ray's print of a forwarded worker line writes its newline separately, and the driver's
-    re-print of the same event landed between the two writes: the worker's fatal error was on no line of its own
-    and the job's error said only "phase failed"."""
+    """Ray's print of a forwarded worker line writes its newline separately, and the driver's re-print of the
+    same event can land between the two writes: the worker's fatal error is then on no line of its own, and a
+    parser of one event per line would leave the job's error at "phase failed"."""
     err = events.to_line({"src": "rank0", "seq": 56, "t": 1.0, "type": "error", "kind": "disk_full",
                           "message": "cannot write checkpoint epoch-2: [Errno 28] No space left on device",
                           "traceback": "Traceback ...\n  {\"not\": \"an event\"}\n" * 300})

@@ -60,7 +60,7 @@ def test_store_detects_gaps_and_refills_from_the_full_log(tmp_path):
 
 
 def test_final_phase_is_not_replaced_by_a_late_worker_line():
-    """A worker's log line can reach the job log after the driver's own last word (seen in CI)."""
+    """A worker's log line can reach the job log after the driver's own last word (Ray forwards it later)."""
     from jupyter_cleverthis.service.jobs import phase_of
 
     evs = [{"type": "phase", "phase": p} for p in ("running", "cancelling", "cancelled", "cancel_checkpoint_written")]

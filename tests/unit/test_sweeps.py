@@ -122,7 +122,7 @@ def test_trial_names():
 
 
 # The controller's death as Ray words it when Tune ends a trial while Ray Train's controller is still winding down
-# (the detail lines are Ray 2.60's raylet and gcs_server strings; the owner's was copied from CI's log), and when the
+# (the detail lines are Ray 2.60's raylet and gcs_server strings, as a real job's log has them), and when the
 # trial's process really crashed.
 _DIED = "The actor died unexpectedly before finishing this task.\n\tclass_name: TrainController\n\tpid: 22740\n"
 _OWNER = (_DIED + "The actor is dead because its owner has died. Owner Id: ea70f40f Owner Ip address: 127.0.0.1 "
