@@ -49,7 +49,7 @@ $(STAMP): pyproject.toml constraints.txt js/package.json js/package-lock.json | 
 
 install: $(STAMP)
 
-# framework: tensorflow jobs run in their own environment (README, "TensorFlow"), built by the same command users
+# framework: tensorflow jobs run in their own environment (docs/tensorflow.md), built by the same command users
 # run (`cleverthis-train setup tensorflow`); it is up to date in a second when nothing changed.
 install-tf: install
 	$(VENV)/bin/cleverthis-train setup tensorflow --path $(TF_ENV)

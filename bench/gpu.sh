@@ -3,7 +3,7 @@
 # 5 minutes: bf16 LoRA and QLoRA 4-bit on a ~1B Llama built from its config (tokens/s, MFU, GPU utilisation, peak
 # memory beside the runtime's plan) and a DDP-vs-one-process loss parity check.
 # It runs under the machine image's python3 and packages ($PYTHON to choose another); bitsandbytes wheels, if the
-# image lacks them, are carried as wheels in bench/wheels/ (pip download them here first: see README, Performance).
+# image lacks them, are carried as wheels in bench/wheels/ (pip download them here first: see docs/performance.md).
 # Writes $OUT/gpu.json (or bench/results/gpu.json) and prints the figures.
 #   bench/gpu.sh --dry-run   the same path with a tiny model on CPU in seconds ($OUT/gpu-dry.json, or a temp dir)
 set -euo pipefail

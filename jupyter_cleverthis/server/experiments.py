@@ -1,4 +1,4 @@
-"""REST for what users do right after a run (README, "Sweeps" and "Chat"): compare jobs' specs and a sweep's trials,
+"""REST for what users do right after a run (docs/sweeps-chat.md): compare jobs' specs and a sweep's trials,
 take the best trial's spec to the form, and chat with a job's checkpoints (the answer streamed as it is generated).
 
   GET  /clusters/{cluster}/jobs/{name}/sweep       the sweep's trials compared, and its best trial

@@ -256,7 +256,7 @@ class LocalCluster:
             RAY_USAGE_STATS_ENABLED="0",
             RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
             # Ray Train's preemption watcher polls for cloud node drains: none happen on this machine, and it is
-            # one more Python process for every job (README, "Clusters")
+            # one more Python process for every job (docs/clusters.md)
             RAY_TRAIN_ENABLE_PREEMPTION_WATCHER="0",
             RAY_enable_metrics_collection="1" if metrics else "0",
             **own_metrics,

@@ -1,7 +1,7 @@
 """The product page's "Loss curve interpretation" table, applied to a job's step losses: one source for the
 sidebar, the notebook widgets and `%train show`.
 
-The thresholds (README, Troubleshooting), on the training-loss series of the steps so far:
+The thresholds (docs/architecture.md, "Pre-flight, feasibility and failures"), on the training-loss series of the steps so far:
 - too early to tell: fewer than MIN_POINTS losses;
 - near zero quickly: the mean of the last third under NEAR_ZERO while less than half of the planned steps ran;
 - spike: the loss had fallen (the lowest of its moving average over max(2, n/10) steps, before the last

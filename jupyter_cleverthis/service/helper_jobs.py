@@ -67,7 +67,7 @@ def run_helper_here(*, entrypoint: str, runtime_env: dict[str, Any], answer: str
 
     For the managed local cluster, whose head (loopback only) is this machine: a Ray job would add a
     JobSupervisor actor and a driver started by it (measured on 2 cores: 5.3 s and 5.9 CPU-seconds as a helper
-    job, 3.6 s and 4.0 here; README, "Pre-flight"). Not for a job with its own Python
+    job, 3.6 s and 4.0 here; docs/architecture.md, "Pre-flight"). Not for a job with its own Python
     (`py_executable`, the TensorFlow environment): that one goes through Ray (`run_helper_job`)."""
     if runtime_env.get("py_executable"):
         raise ValueError("a helper with its own Python runs as a Ray job (run_helper_job)")

@@ -372,7 +372,7 @@ class JobService:
     def _listed_summary(self, cluster: str, info: Any) -> JobSummary:
         # The job list: only phase events, from the store.  Ray's log is fetched (whole: its API has no range)
         # only while a running job's phases cannot tell its status yet, so a job printing 10,000 lines a second
-        # does not slow the list down (README, "Reliability").
+        # does not slow the list down (docs/development.md, "What the suites prove").
         evs = self.store.events(cluster, info.submission_id, types=("phase",))
         if status_needs_log(info, evs):
             evs = self.refresh_events(cluster, info.submission_id, info, types=("phase",))

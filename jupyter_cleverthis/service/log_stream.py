@@ -1,4 +1,4 @@
-"""A job's log as it is written, by the fastest path the cluster offers (README, "Live logs").
+"""A job's log as it is written, by the fastest path the cluster offers (docs/jupyterlab.md, the job tab's live log).
 
 Ray's own job tail (`/api/jobs/{id}/logs/tail`) sleeps a second between reads, so its lines arrive 1-2 s after
 they are printed. Ray's state API streams the same driver log file through the head's log agent with a poll

@@ -1,4 +1,4 @@
-"""Resume: a new job continuing a finished one from its latest (or a named) checkpoint (README, "Cancel and resume")."""
+"""Resume: a new job continuing a finished one from its latest (or a named) checkpoint (docs/checkpoints.md)."""
 
 from __future__ import annotations
 

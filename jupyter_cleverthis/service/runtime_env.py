@@ -30,12 +30,12 @@ ENVIRONMENTS = {"tensorflow": tfenv}
 # What the Jupyter server's environment passes on to its jobs: the model cache, the DeepSpeed op cache and the
 # object stores' settings (s3:// and gs:// dataset paths, read through fsspec).  Settings and file paths only:
 # secrets (AWS keys, HF_TOKEN, ...) would be visible in Ray's job records, so jobs take those from their
-# nodes' own environment or from the credentials files named here (README, "Data").
+# nodes' own environment or from the credentials files named here (docs/datasets.md).
 PASSTHROUGH_ENV = ("HF_HOME", "HF_HUB_OFFLINE", "TORCH_EXTENSIONS_DIR",
                    "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
                    "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE",
                    "GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST",
-                   # experiment tracking (README, "Tracking"): where to, never the keys (WANDB_API_KEY,
+                   # experiment tracking (docs/tracking.md): where to, never the keys (WANDB_API_KEY,
                    # MLFLOW_TRACKING_PASSWORD/TOKEN stay on the nodes); a URI's user:password is dropped
                    "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_MODE",
                    "WANDB_DIR", "WANDB_BASE_URL")
@@ -53,7 +53,7 @@ def job_runtime_env(spec: JobSpec) -> dict[str, Any]:
         "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
     }
     # How long Ray waits after the SIGTERM of a cancel before SIGKILL: enough to write a checkpoint
-    # (rule in README, "Cancel and resume"; training_config.cancel_grace_s overrides it).
+    # (rule in docs/checkpoints.md, "Cancel and resume"; training_config.cancel_grace_s overrides it).
     tc = spec.training_config
     env_vars["RAY_JOB_STOP_WAIT_TIME_S"] = str(stop_grace_seconds(
         spec.base_model, tc.method if tc else None, tc.cancel_grace_s if tc else None))

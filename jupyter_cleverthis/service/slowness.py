@@ -1,7 +1,7 @@
 """Slow and stuck jobs: the page's "Slow training throughput" and "initializing for more than 10
 minutes" read from a job's events, one source for the job tab, the notebook's job view and `%train show`.
 
-The thresholds (README, Troubleshooting), over the last WINDOW `step` events:
+The thresholds (docs/troubleshooting.md), over the last WINDOW `step` events:
 - data loading: the batch fetch (`data_s`, timed by the runtime between a step's end and the next one's begin)
   takes over DATA_SHARE of the step (`data_s + compute_s`), both the median over the window (an epoch's
   checkpoint or a validation falls between two steps too, and the median is not moved by one);

@@ -1,4 +1,4 @@
-"""A sweep's trials as child jobs, and the comparison of a sweep (README, "Sweeps").
+"""A sweep's trials as child jobs, and the comparison of a sweep (docs/sweeps-chat.md).
 
 A sweep is one Ray job (cleverthis_runtime/sweep.py); its trials are not. Each trial is still a job to the user:
 `SWEEP-t3` has a status, events, curves, checkpoints and a spec. They are read from the sweep: the trials and

@@ -47,7 +47,7 @@ def _template(open_turn: str, close_turn: str, generation: str) -> str:
     )
 
 
-# Used when the tokenizer has no chat template of its own (documented in the README).
+# Used when the tokenizer has no chat template of its own (documented in docs/datasets.md).
 DEFAULT_CHAT_TEMPLATE = _template("<|ROLE|>\n", "{{ eos_token }}\n", "<|assistant|>\n")
 CHATML_TEMPLATE = _template("<|im_start|>ROLE\n", "<|im_end|>\n", "<|im_start|>assistant\n")
 

@@ -1,4 +1,4 @@
-"""A sweep's driver: Ray Tune runs the trials, each the same training as a job (README, "Sweeps").
+"""A sweep's driver: Ray Tune runs the trials, each the same training as a job (docs/sweeps-chat.md).
 
 Ray 2.60's way of running Ray Train V2 under Tune: the Tuner's trainable (`run_trial`) is a driver that builds
 the job's TorchTrainer (with `TuneReportCallback`) and calls `fit`; the workers report each epoch's losses with

@@ -1,4 +1,4 @@
-"""A sweep: the same job tried with one to three parameters varied (README, "Sweeps").
+"""A sweep: the same job tried with one to three parameters varied (docs/sweeps-chat.md).
 
 The trials are decided here, before anything runs, from the spec alone: the service knows every trial's name,
 parameters and spec from the sweep's spec (the trials of a sweep are its child jobs), and the runtime hands

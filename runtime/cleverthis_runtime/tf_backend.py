@@ -98,7 +98,7 @@ def preflight_facts(spec: JobSpec, tc: TrainingConfig, ds: Any, out: dict[str, A
 
 
 # TensorFlow's gRPC server binds every interface (no setting chooses one); torch jobs listen on their node's
-# address only (compat.py). README, "Security".
+# address only (compat.py). docs/clusters.md, "Security".
 EXPOSED = ("TensorFlow's workers listen for each other on every network interface of their machines while the "
            "job runs (TensorFlow cannot be told one address): on a shared or exposed machine, use one worker or "
            "a firewall")

@@ -121,7 +121,7 @@ def test_disk_full_fails_classified_and_keeps_earlier_checkpoints(ray_cluster, t
     make_cached_model(tmp_path / "hf", repo, Path(tiny_model))
     svc = JobService()
     # report_to none: the subject is the checkpoint write (with TensorBoard's runs/ on the same full disk its
-    # writer may hit ENOSPC first: still disk_full, see README "Tracking").
+    # writer may hit ENOSPC first: still disk_full, see docs/tracking.md).
     svc.create(JobSpec(name=job_name, base_model=repo, dataset_path=str(dataset), epochs=2, batch_size=8,
                        workers=1, output_dir=str(out), training_config={"report_to": ["none"]}), check=False)
     evs = wait_for(svc, job_name, lambda evs: any(e["type"] == "checkpoint" and e["name"] == "epoch-1" for e in evs),

@@ -3,7 +3,7 @@ tails at once, a job flooding its log.
 
 The jobs here are small real Ray jobs that print the runtime's event lines at a set rate (no training: what is
 under test is the path from a job's log to the user), submitted as ours so that the service lists them.
-Figures are printed (`-s`) and quoted in the README's "Reliability" section.
+Figures are printed (`-s`) and quoted in docs/development.md, "What the suites prove".
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ def listeners(pid: int) -> list[tuple[str, str, int]]:
     """(process, ip, port) of every listening TCP socket in the process tree of `ray start` (pid).
 
     TensorFlow's workers are left out (other tests' jobs share the head): the gRPC server of
-    MultiWorkerMirroredStrategy binds every interface and TensorFlow has no setting to change it (README,
+    MultiWorkerMirroredStrategy binds every interface and TensorFlow has no setting to change it (docs/clusters.md,
     "Security"); the pre-flight warns of it (test_tensorflow)."""
     out = []
     root = psutil.Process(pid)

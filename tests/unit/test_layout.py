@@ -1,4 +1,4 @@
-"""The code's shape holds (README, Development): no function over 80 lines, and modules use only each other's
+"""The code's shape holds (docs/development.md): no function over 80 lines, and modules use only each other's
 public names. Modules have no size limit: they are split by concern, never to meet a number."""
 
 from __future__ import annotations
