@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from playwright.sync_api import Locator, Page
 
 PANEL_ID = "jp-CleverThis-training"
+# The manual's screenshots (docs/_static/screenshots): the tests save them as they pass each view, and they are
+# committed so the docs build without a browser.
+DOC_SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "_static" / "screenshots"
 JOB_DONE_S = 300  # a tiny 2-epoch job takes about a minute on 2 cores; Ray start-up dominates
 
 
@@ -30,6 +34,14 @@ def wait_http(url: str, proc: Any, what: str, log: Any, timeout_s: float = 120) 
         if time.monotonic() > deadline:
             raise RuntimeError(f"{what} did not answer on {url}; see {log}")
         time.sleep(0.3)
+
+
+def doc_screenshot(page: Page, name: str) -> Path:
+    """Save the page as the manual's screenshot `docs/_static/screenshots/<name>.png`."""
+    DOC_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = DOC_SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path))
+    return path
 
 
 def run_command(page: Page, command: str, args: dict[str, Any] | None = None) -> None:

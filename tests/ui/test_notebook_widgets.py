@@ -15,6 +15,7 @@ from playwright.sync_api import Locator, Page, expect  # noqa: E402
 from .helpers import (  # noqa: E402
     JOB_DONE_S,
     assert_no_console_errors,
+    doc_screenshot,
     field,
     fill_fields,
     plot_points,
@@ -48,7 +49,7 @@ def run_cell(notebook: Locator, index: int) -> Locator:
 
 def test_widgets_create_follow_and_detail(page: Page, shots, console_errors, lab, tiny_model, dataset,
                                          long_curve_job) -> None:
-    # and a 5,000-step job (issue 16): `%train show` (the job view) and the curve `%train` shows, whole
+    # and a 5,000-step job: `%train show` (the job view) and the curve `%train` shows, whole
     long_cells = [f"%train show {long_curve_job}", f"from jupyter_cleverthis import Job; LossCurve(Job.attach({long_curve_job!r}))"]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in CELLS + long_cells])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
@@ -122,6 +123,7 @@ def test_widgets_create_follow_and_detail(page: Page, shots, console_errors, lab
     shots("loss-curve-final")
     detail_cell.scroll_into_view_if_needed()
     shots("job-detail")
+    doc_screenshot(page, "notebook-job")
     # The dark theme: the curve paints no background of its own, so it sits on the notebook's dark one.
     set_theme(page, "JupyterLab Dark")
     curve_cell.scroll_into_view_if_needed()

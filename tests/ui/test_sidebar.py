@@ -14,6 +14,7 @@ from playwright.sync_api import Locator, Page, expect  # noqa: E402
 from .helpers import (  # noqa: E402
     JOB_DONE_S,
     assert_no_console_errors,
+    doc_screenshot,
     field,
     fill_fields,
     job_tab,
@@ -184,6 +185,7 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
     expect(dialog.locator('tr[data-key="chat_template"]')).to_contain_text("the model's own template")
     first.scroll_into_view_if_needed()
     shots("create-dialog-preview")
+    doc_screenshot(page, "create-dialog")
     dialog.locator(".jp-Dialog-footer").get_by_role("button", name="Cancel").click()
     expect(dialog).to_be_hidden()
 
@@ -235,6 +237,7 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
         r"|not decreasing at all): "))
     detail.locator('section[data-section="checkpoints"]').scroll_into_view_if_needed()
     shots("short-job-detail")
+    doc_screenshot(page, "job-tab")
 
     # Try it: chat with a checkpoint, generated on the cluster: the browser reads the answer token by token from the
     # server's stream (newline-delimited JSON pieces; the view showing each piece as it comes is a vitest test).
@@ -263,6 +266,7 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
             break
     assert len(pieces) >= 2, lines  # pieces as generated, not one block at the end
     shots("try-it")
+    doc_screenshot(page, "try-it")
 
     # A long job: a second tab beside the first; wait until running, cancel from its tab, see cancelled.
     long = unique("ui-long")  # its own checkpoint folder: the data's checkpoints/ belongs to the short job
@@ -276,12 +280,13 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
     expect(long_tab.locator('.jp-CleverThis-JobDetail-hint[data-kind="one_worker"]')).to_contain_text(
         "One worker: the job does not use data parallelism", timeout=60_000)
     shots("long-job-running")
+    doc_screenshot(page, "sidebar")
     # The cluster's nodes from the sidebar: the head, its free CPUs, and the long job's worker holding one.
     panel.locator(".jp-CleverThis-nodes-summary").click()
     head = panel.locator(".jp-CleverThis-nodes-row").first
     expect(head.locator("td").first).to_have_text("127.0.0.1 (head)", timeout=60_000)  # loaded when opened
-    # the long job alone: an earlier test's failed job may still be releasing its CPU (ui-oom once held one here
-    # for minutes while Ray's controller retried its worker group), which changes the suggestions below
+    # the long job alone: an earlier test's failed job may still be releasing its CPU (for minutes, while Ray's
+    # controller retries its worker group), which would change the suggestions below
     expect(head.locator(".jp-CleverThis-nodes-heldBy")).to_have_text(f"{long} (1 CPU)", timeout=JOB_DONE_S * 1000)
     shots("nodes")
     # A job that asks for more than is free: queued, and its tab says what blocks it, node by node, and what
@@ -329,6 +334,7 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
     expect(diff.locator('tr[data-key="batch_size"] td')).to_have_text(["batch_size", "8", "4"])
     expect(diff.locator('tr[data-key="output_dir"]')).to_contain_text("long-checkpoints")
     shots("compare-two-jobs")
+    doc_screenshot(page, "compare")
     page.locator(".lm-TabBar-tab", has_text="Compare").locator(".lm-TabBar-tabCloseIcon").click()
     expect(compare).to_have_count(0)
     marks.get_by_role("button", name="Clear").click()
@@ -391,7 +397,7 @@ def _luminance(css_color: str) -> float:
 
 
 def test_a_5000_step_job_draws_its_whole_curve(page: Page, shots, console_errors, long_curve_job) -> None:
-    """Issue 16: a 5,000-step job's curve in its tab, whole from its first step: the server downsamples it to at
+    """A 5,000-step job's curve in its tab, whole from its first step: the server downsamples it to at
     most 2,000 points (MinMaxLTTB keeps the first and the last), the tab draws every one of them."""
     open_training_panel(page)
     run_command(page, "cleverthis:open-job", {"cluster": "local", "name": long_curve_job})
