@@ -124,7 +124,7 @@ test:
 	@mkdir -p $(dir $(CLEVERTHIS_STAGES))
 	@# The wheel's build and fresh venv (single-core pip, like the dev install) use the second core meanwhile.
 	$(STAGE) install $(MAKE) --no-print-directory -j3 -Otarget wheel-venv install-tf chromium hub-proxy
-	$(STAGE) lint+js $(MAKE) --no-print-directory lint test-js
+	$(STAGE) lint+js $(MAKE) --no-print-directory lint test-js docs
 	$(MAKE) --no-print-directory test-pytest
 	$(MAKE) --no-print-directory -j2 -Otarget test-late test-ui
 
