@@ -43,7 +43,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse that raises instead of exiting (a magic must never kill the kernel)."""
 
     def error(self, message: str) -> Any:  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message}")
+        raise UsageError(f"{self.prog}: {message}{_close_matches(message)}")
 
     def exit(self, status: int = 0, message: str | None = None) -> Any:  # type: ignore[override]
         if message:
@@ -53,6 +53,20 @@ class _Parser(argparse.ArgumentParser):
 
 class HelpShown(Exception):
     """`--help` was shown: nothing more to do (argparse would have exited)."""
+
+
+def _close_matches(message: str) -> str:
+    """"; did you mean 'list'?" after argparse's "invalid choice: 'lst' (choose from ...)" (Python 3.14's
+    suggest_on_error does the same; the project supports 3.10)."""
+    import difflib
+    import re
+
+    m = re.match(r"argument [^:]+: invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+    if not m:
+        return ""
+    choices = [c.strip().strip("'") for c in m.group(2).split(",")]
+    close = difflib.get_close_matches(m.group(1), choices, n=2, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
 def default_cluster() -> str:
@@ -69,14 +83,23 @@ CREATE_OPTIONS = (
 
 
 def build_parser(prog: str = "cleverthis-train") -> argparse.ArgumentParser:
-    p = _Parser(prog=prog, description="Launch and manage training jobs on Ray clusters.")
-    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+    import shtab
+
+    from . import __version__
+
+    p = _Parser(prog=prog, description="Launch and manage training jobs on Ray clusters. A first word that is an "
+                "option (--name ...) creates a job.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}", help="print the version")
+    shtab.add_argument_to(p, "--print-completion", help="print a shell completion script (bash, zsh or tcsh), e.g. "
+                          "cleverthis-train --print-completion bash > ~/.local/share/bash-completion/completions/"
+                          "cleverthis-train")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
 
     def cluster_opt(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--cluster", default=default_cluster(), help="cluster name or dashboard address")
 
     for cmd, helptext in (("create", "create a job (the default subcommand)"),
-                          ("sweep", "create a sweep: the job tried over 1-3 parameters on Ray Tune (README, Sweeps)"),
+                          ("sweep", "create a sweep: the job tried over 1-3 parameters on Ray Tune (manual: Sweeps and chat)"),
                           ("plan", "the pre-flight of a job, without creating it: the dataset's formats and counts, "
                                    "token lengths, the plan and the first examples as the model sees them")):
         c = sub.add_parser(cmd, help=helptext)
@@ -96,20 +119,20 @@ def build_parser(prog: str = "cleverthis-train") -> argparse.ArgumentParser:
 
     ls = sub.add_parser("list", help="list jobs")
     cluster_opt(ls)
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--json", action="store_true", help="print the jobs as JSON")
 
     for name, helptext in (("show", "show one job"), ("logs", "print a job's log"), ("cancel", "cancel a job")):
         sp = sub.add_parser(name, help=helptext)
-        sp.add_argument("name")
+        sp.add_argument("name", help="the job's name")
         cluster_opt(sp)
         if name == "show":
-            sp.add_argument("--json", action="store_true")
+            sp.add_argument("--json", action="store_true", help="print the job's detail as JSON")
         if name == "logs":
             sp.add_argument("--follow", "-f", action="store_true",
                             help="keep printing the log as it grows, until the job ends")
 
     rs = sub.add_parser("resume", help="continue a job from its latest checkpoint as a new job")
-    rs.add_argument("name")
+    rs.add_argument("name", help="the job to continue")
     cluster_opt(rs)
     rs.add_argument("--epochs", type=_int("--epochs"), default=None, help="default: the epochs that remain")
     rs.add_argument("--new-name", dest="new_name", default=None, help="default: NAME-resume-N")
@@ -117,29 +140,32 @@ def build_parser(prog: str = "cleverthis-train") -> argparse.ArgumentParser:
     rs.add_argument("--json", action="store_true", help="print the new job as JSON")
 
     ex = sub.add_parser("export", help="write a checkpoint as a standalone merged fp16/bf16 model folder")
-    ex.add_argument("name")
+    ex.add_argument("name", help="the job whose checkpoint to export")
     cluster_opt(ex)
     ex.add_argument("--checkpoint", default=None, help="a checkpoint of the job (default: its last, e.g. epoch-final)")
-    ex.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
-    ex.add_argument("--json", action="store_true")
+    ex.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"),
+                    help="the exported weights' precision (default: %(default)s)")
+    ex.add_argument("--json", action="store_true", help="print the export's result as JSON")
 
     dl = sub.add_parser("download", help="pre-fetch a Hugging Face model into the model cache of every node")
     dl.add_argument("model", help="Hub model id, e.g. meta-llama/Llama-2-7b-hf")
     cluster_opt(dl)
     dl.add_argument("--revision", default=None, help="branch, tag or commit (default: main)")
-    dl.add_argument("--json", action="store_true")
+    dl.add_argument("--json", action="store_true", help="print the download's result per node as JSON")
 
     cl = sub.add_parser("cluster", help="manage clusters: up, down, list")
-    cl.add_argument("action", choices=["up", "down", "list"])
+    cl.add_argument("action", choices=["up", "down", "list"],
+                    help="up: start the managed local cluster, down: stop it, list: the clusters this server knows")
     cl.add_argument("--name", default="local", help="managed cluster name (up/down)")
-    cl.add_argument("--num-cpus", dest="num_cpus", type=_int("--num-cpus"), default=None)
+    cl.add_argument("--num-cpus", dest="num_cpus", type=_int("--num-cpus"), default=None,
+                    help="CPUs the local cluster offers jobs (up; default: the machine's)")
     cl.add_argument("--metrics", action="store_true", default=None,
                     help="export Ray's Prometheus metrics on a loopback port (no authentication; off by default)")
-    cl.add_argument("--json", action="store_true")
+    cl.add_argument("--json", action="store_true", help="print the clusters as JSON")
 
     add_chat_parser(sub, cluster_opt)
     st = sub.add_parser("setup", help="create an environment jobs need: tensorflow (for framework tensorflow)")
-    st.add_argument("what", choices=["tensorflow"])
+    st.add_argument("what", choices=["tensorflow"], help="which environment: tensorflow")
     st.add_argument("--path", default=None, help="where (default: $CLEVERTHIS_HOME/envs/tensorflow)")
     return p
 
@@ -175,9 +201,14 @@ def _float(flag: str) -> Callable[[str], float]:
     return _number(flag, float, "a number")
 
 
+TOP_LEVEL_OPTIONS = ("-h", "--help", "--version", "--print-completion")
+
+
 def parse(argv: Sequence[str], prog: str = "cleverthis-train") -> argparse.Namespace:
+    """The arguments; a first word that is an option other than the top level's (--name ...) means `create`, a
+    first word that is no subcommand is refused with the close matches."""
     args = list(argv)
-    if not args or (args[0] not in SUBCOMMANDS and args[0] not in ("-h", "--help")):
+    if not args or (args[0].startswith("-") and args[0].split("=")[0] not in TOP_LEVEL_OPTIONS):
         args = ["create", *args]
     return build_parser(prog).parse_args(args)
 

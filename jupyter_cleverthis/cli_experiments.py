@@ -36,12 +36,16 @@ def add_chat_parser(sub: Any, cluster_opt: Callable[[argparse.ArgumentParser], N
     ch.add_argument("--checkpoint", action="append", default=None,
                     help="a checkpoint by name (repeat to compare side by side; default: the final one)")
     ch.add_argument("--prompt", default=None, help="the prompt (the %%train magic opens the chat widget without one)")
-    ch.add_argument("--max-new-tokens", dest="max_new_tokens", type=int, default=64)
-    ch.add_argument("--temperature", type=float, default=0.0)
-    ch.add_argument("--top-p", dest="top_p", type=float, default=1.0)
+    ch.add_argument("--max-new-tokens", dest="max_new_tokens", type=int, default=64,
+                    help="the longest answer, in tokens (default: %(default)s)")
+    ch.add_argument("--temperature", type=float, default=0.0,
+                    help="sampling temperature; 0 answers greedily, the same each time (default: %(default)s)")
+    ch.add_argument("--top-p", dest="top_p", type=float, default=1.0,
+                    help="nucleus sampling: draw from the most likely tokens up to this probability (default: "
+                         "%(default)s)")
     ch.add_argument("--serve", choices=("merged", "adapter"), default="merged",
                     help="a LoRA checkpoint: its merged weights, or its base plus the adapter")
-    ch.add_argument("--json", action="store_true")
+    ch.add_argument("--json", action="store_true", help="print the answers as JSON")
 
 
 def sweep_from_args(a: argparse.Namespace) -> dict[str, Any]:

@@ -182,7 +182,7 @@ class TrainingConfig(StrictModel):
     cancel_grace_s: int | None = Field(
         None, ge=5, le=86400,
         description="Seconds a cancelled job may take to write its checkpoint before it is killed; "
-                    "unset = computed from the model size (README, Cancel and resume)",
+                    "unset = computed from the model size (manual: Checkpoints, cancel and resume)",
     )
 
     @field_validator("report_to")
@@ -280,7 +280,7 @@ class JobSpec(StrictModel):
         None,
         title="Checkpoint folder",
         description="Where checkpoints go (a folder on the nodes); default: the checkpoints/ folder beside the data, "
-                    "or $CLEVERTHIS_HOME/checkpoints/... for an s3:// or gs:// dataset (see README)",
+                    "or $CLEVERTHIS_HOME/checkpoints/... for an s3:// or gs:// dataset (manual: Checkpoints)",
     )
     training_config: TrainingConfig | None = Field(
         None,
@@ -289,7 +289,7 @@ class JobSpec(StrictModel):
     )
     sweep: SweepSpec | None = Field(
         None, title="Sweep",
-        description="Try one to three parameters over several trials on Ray Tune (README, Sweeps)",
+        description="Try one to three parameters over several trials on Ray Tune (manual: Sweeps and chat)",
     )
 
     @field_validator("name")
@@ -304,8 +304,8 @@ class JobSpec(StrictModel):
     def _output_dir_local(cls, v: str | None) -> str | None:
         if v is not None and re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", v):
             raise ValueError("must be a folder on the cluster's nodes, not a URL: checkpoints are written with an "
-                             "atomic rename that object stores lack (a remote dataset's default is a local folder, "
-                             "see README, Data)")
+                             "atomic rename that object stores lack (a remote dataset's checkpoints go to a local folder by "
+                             "default: see the manual's Checkpoints page)")
         return v
 
     @model_validator(mode="after")

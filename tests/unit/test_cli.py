@@ -38,6 +38,38 @@ def test_usage_errors_are_one_clear_line(line, needle):
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
+def test_version_unknown_subcommands_completion_and_help_on_every_option(capsys):
+    import argparse
+
+    from jupyter_cleverthis import __version__
+    from jupyter_cleverthis.cli import build_parser
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"cleverthis-train {__version__}"
+    # a first word that is no subcommand is refused with the close matches, not taken for create's arguments
+    assert main(["lst"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'lst'" in err and "did you mean 'list'" in err and "--name" not in err
+    assert main(["--print-completion", "bash"]) == 0
+    script = capsys.readouterr().out
+    assert "complete -o filenames -F _shtab_cleverthis_train cleverthis-train" in script and "'resume'" in script
+    # %train shares the grammar
+    with pytest.raises(UsageError, match="did you mean 'show'"):
+        parse_line("shw j1", prog="%train")
+
+    def undocumented(parser: argparse.ArgumentParser, path: str) -> list[str]:
+        out = []
+        for a in parser._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for name, sub in a.choices.items():
+                    out += undocumented(sub, f"{path} {name}")
+            elif not a.help:
+                out.append(f"{path} {'/'.join(a.option_strings) or a.dest}")
+        return out
+
+    assert undocumented(build_parser(), "cleverthis-train") == []
+
+
 def test_spec_errors_name_the_field():
     with pytest.raises(InvalidSpec) as e:
         spec_from_args(parse_line("--name ok --type pretrain"))

@@ -394,7 +394,7 @@ export interface JobSpec {
    */
   gpus_per_worker?: number;
   /**
-   * Where checkpoints go (a folder on the nodes); default: the checkpoints/ folder beside the data, or $CLEVERTHIS_HOME/checkpoints/... for an s3:// or gs:// dataset (see README)
+   * Where checkpoints go (a folder on the nodes); default: the checkpoints/ folder beside the data, or $CLEVERTHIS_HOME/checkpoints/... for an s3:// or gs:// dataset (manual: Checkpoints)
    */
   output_dir?: string | null;
   /**
@@ -402,7 +402,7 @@ export interface JobSpec {
    */
   training_config?: TrainingConfig | null;
   /**
-   * Try one to three parameters over several trials on Ray Tune (README, Sweeps)
+   * Try one to three parameters over several trials on Ray Tune (manual: Sweeps and chat)
    */
   sweep?: SweepSpec | null;
 }
@@ -570,7 +570,7 @@ export interface TrainingConfig {
    */
   report_to?: ('tensorboard' | 'mlflow' | 'wandb' | 'none')[];
   /**
-   * Seconds a cancelled job may take to write its checkpoint before it is killed; unset = computed from the model size (README, Cancel and resume)
+   * Seconds a cancelled job may take to write its checkpoint before it is killed; unset = computed from the model size (manual: Checkpoints, cancel and resume)
    */
   cancel_grace_s?: number | null;
 }
