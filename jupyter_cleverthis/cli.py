@@ -94,17 +94,25 @@ def build_parser(prog: str = "cleverthis-train") -> argparse.ArgumentParser:
                           "cleverthis-train --print-completion bash > ~/.local/share/bash-completion/completions/"
                           "cleverthis-train")
     sub = p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
+    _add_create_commands(sub)
+    _add_job_commands(sub)
+    _add_cluster_commands(sub)
+    return p
 
-    def cluster_opt(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--cluster", default=default_cluster(), help="cluster name or dashboard address")
 
+def _cluster_opt(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--cluster", default=default_cluster(), help="cluster name or dashboard address")
+
+
+def _add_create_commands(sub: Any) -> None:
+    """create, sweep and plan: a job spec's options."""
     for cmd, helptext in (("create", "create a job (the default subcommand)"),
                           ("sweep", "create a sweep: the job tried over 1-3 parameters on Ray Tune (manual: Sweeps and chat)"),
                           ("plan", "the pre-flight of a job, without creating it: the dataset's formats and counts, "
                                    "token lengths, the plan and the first examples as the model sees them")):
         c = sub.add_parser(cmd, help=helptext)
         c.add_argument("--name", required=True, help=_field_help("name"))
-        cluster_opt(c)
+        _cluster_opt(c)
         for flag, field in CREATE_OPTIONS:
             _spec_option(c, flag, field)
         c.add_argument("--config", dest="training_config", default=None,
@@ -117,14 +125,17 @@ def build_parser(prog: str = "cleverthis-train") -> argparse.ArgumentParser:
         if cmd == "sweep":
             add_sweep_options(c, _int)
 
+
+def _add_job_commands(sub: Any) -> None:
+    """list, show, logs, cancel, resume and export: what is done to jobs."""
     ls = sub.add_parser("list", help="list jobs")
-    cluster_opt(ls)
+    _cluster_opt(ls)
     ls.add_argument("--json", action="store_true", help="print the jobs as JSON")
 
     for name, helptext in (("show", "show one job"), ("logs", "print a job's log"), ("cancel", "cancel a job")):
         sp = sub.add_parser(name, help=helptext)
         sp.add_argument("name", help="the job's name")
-        cluster_opt(sp)
+        _cluster_opt(sp)
         if name == "show":
             sp.add_argument("--json", action="store_true", help="print the job's detail as JSON")
         if name == "logs":
@@ -133,7 +144,7 @@ def build_parser(prog: str = "cleverthis-train") -> argparse.ArgumentParser:
 
     rs = sub.add_parser("resume", help="continue a job from its latest checkpoint as a new job")
     rs.add_argument("name", help="the job to continue")
-    cluster_opt(rs)
+    _cluster_opt(rs)
     rs.add_argument("--epochs", type=_int("--epochs"), default=None, help="default: the epochs that remain")
     rs.add_argument("--new-name", dest="new_name", default=None, help="default: NAME-resume-N")
     rs.add_argument("--wait", action="store_true", help="block until the new job ends; exit non-zero unless succeeded")
@@ -141,15 +152,18 @@ def build_parser(prog: str = "cleverthis-train") -> argparse.ArgumentParser:
 
     ex = sub.add_parser("export", help="write a checkpoint as a standalone merged fp16/bf16 model folder")
     ex.add_argument("name", help="the job whose checkpoint to export")
-    cluster_opt(ex)
+    _cluster_opt(ex)
     ex.add_argument("--checkpoint", default=None, help="a checkpoint of the job (default: its last, e.g. epoch-final)")
     ex.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"),
                     help="the exported weights' precision (default: %(default)s)")
     ex.add_argument("--json", action="store_true", help="print the export's result as JSON")
 
+
+def _add_cluster_commands(sub: Any) -> None:
+    """download, cluster, chat and setup: the cluster, its model cache and environments."""
     dl = sub.add_parser("download", help="pre-fetch a Hugging Face model into the model cache of every node")
     dl.add_argument("model", help="Hub model id, e.g. meta-llama/Llama-2-7b-hf")
-    cluster_opt(dl)
+    _cluster_opt(dl)
     dl.add_argument("--revision", default=None, help="branch, tag or commit (default: main)")
     dl.add_argument("--json", action="store_true", help="print the download's result per node as JSON")
 
@@ -163,11 +177,10 @@ def build_parser(prog: str = "cleverthis-train") -> argparse.ArgumentParser:
                     help="export Ray's Prometheus metrics on a loopback port (no authentication; off by default)")
     cl.add_argument("--json", action="store_true", help="print the clusters as JSON")
 
-    add_chat_parser(sub, cluster_opt)
+    add_chat_parser(sub, _cluster_opt)
     st = sub.add_parser("setup", help="create an environment jobs need: tensorflow (for framework tensorflow)")
     st.add_argument("what", choices=["tensorflow"], help="which environment: tensorflow")
     st.add_argument("--path", default=None, help="where (default: $CLEVERTHIS_HOME/envs/tensorflow)")
-    return p
 
 
 def _spec_option(parser: argparse.ArgumentParser, flag: str, field: str) -> None:

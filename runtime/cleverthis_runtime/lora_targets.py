@@ -36,7 +36,7 @@ def linear_modules(model: Any) -> dict[str, str]:
     return out
 
 
-def _matches(full: str, target: str) -> bool:
+def matches(full: str, target: str) -> bool:
     return full == target or full.endswith("." + target)
 
 
@@ -53,7 +53,7 @@ def choose(model: Any, requested: list[str] | str | None) -> tuple[list[str] | s
     if requested == ALL_LINEAR or requested == [ALL_LINEAR]:
         return ALL_LINEAR, f"all-linear, as asked: every linear layer but the output head ({', '.join(names)})"
     if requested:
-        missing = [t for t in requested if not any(_matches(f, t) for f in linear)]
+        missing = [t for t in requested if not any(matches(f, t) for f in linear)]
         if missing:
             raise TargetModulesError(
                 f"{model_type} has no linear module named {', '.join(repr(m) for m in missing)}; "
@@ -63,7 +63,7 @@ def choose(model: Any, requested: list[str] | str | None) -> tuple[list[str] | s
     from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as PEFT_DEFAULTS
 
     default = PEFT_DEFAULTS.get(model_type)
-    if default and all(any(_matches(f, t) for f in linear) for t in default):
+    if default and all(any(matches(f, t) for f in linear) for t in default):
         return list(default), f"peft's default for {model_type}"
     attention = sorted({short for full, short in linear.items() if _in_attention(full)})
     if attention:
@@ -77,7 +77,7 @@ def lora_config(model: Any, targets: list[str] | str, *, r: int, alpha: float, d
     from peft import LoraConfig
     from transformers.pytorch_utils import Conv1D
 
-    conv1d = any(isinstance(mod, Conv1D) and (targets == ALL_LINEAR or any(_matches(name, t) for t in targets))
+    conv1d = any(isinstance(mod, Conv1D) and (targets == ALL_LINEAR or any(matches(name, t) for t in targets))
                  for name, mod in model.named_modules())
     return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, task_type="CAUSAL_LM",
                       fan_in_fan_out=conv1d)

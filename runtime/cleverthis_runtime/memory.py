@@ -98,7 +98,7 @@ def workload(model: Any, tc: Any, batch_size: int) -> Workload:
     layers = get("num_hidden_layers", "n_layer", "num_layers", default=1)
     adapter = inputs = 0.0
     for name in linear:
-        if targets == lora_targets.ALL_LINEAR or any(lora_targets._matches(name, t) for t in targets):
+        if targets == lora_targets.ALL_LINEAR or any(lora_targets.matches(name, t) for t in targets):
             fan_in, fan_out = _fans(modules[name])
             adapter += tc.lora_r * (fan_in + fan_out)
             inputs += fan_in

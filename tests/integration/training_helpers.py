@@ -123,5 +123,6 @@ def assert_memory_as_planned(evs: list[dict], workers: int, tolerance: float = 0
     mem = [e for e in evs if e["type"] == "memory"]
     assert sorted(e["rank"] for e in mem) == list(range(workers)), mem
     for e in mem:
-        assert e["planned_gb"] == plan["total"], (e, plan)
-        assert abs(plan["total"] - e["peak_bytes"] / 1e9) <= tolerance * e["peak_bytes"] / 1e9, (e, plan)
+        # each rank plans with its own measured process size: rank 0's plan event is one of them
+        assert abs(e["planned_gb"] - plan["total"]) <= 0.05 * plan["total"], (e, plan)
+        assert abs(e["planned_gb"] - e["peak_bytes"] / 1e9) <= tolerance * e["peak_bytes"] / 1e9, (e, plan)
