@@ -97,7 +97,7 @@ def test_sidebar_create_watch_cancel_and_dark_theme(page: Page, shots, console_e
     advanced = dialog.locator(".jp-CleverThis-TrainingConfigForm")
     expect(advanced.locator("fieldset legend")).to_have_text(
         ["Method", "LoRA", "Precision, strategy, DeepSpeed and model parallelism", "Optimisation", "Data and validation",
-         "Tracking and runtime"])
+         "Checkpoints", "Tracking and runtime"])
     method = field(advanced, "method").locator("select")
     expect(method.locator("option")).to_have_text(["\u2014", "full", "lora", "qlora"])
     expect(field(advanced, "lora_r")).to_be_visible()  # an automatic method picks LoRA for a fine-tune
