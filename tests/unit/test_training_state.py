@@ -237,6 +237,11 @@ def test_with_validation_best_and_final_links_and_exact_resume(tiny, tmp_path):
     assert os.readlink(straight / "epoch-final") == "epoch-2"
     best = checkpoints.read_meta(str(straight / "best"))
     assert best["eval_loss"] is not None and os.readlink(straight / "best") in ("epoch-1", "epoch-2")
+    # merged weights where they are loaded from, and only there (a former best gave them up)
+    linked = {os.readlink(straight / "best"), os.readlink(straight / "epoch-final")}
+    for name in ("epoch-1", "epoch-2"):
+        assert checkpoints.has_merged(straight / name) == (name in linked), name
+        assert checkpoints.read_meta(str(straight / name))["merged"] == (name in linked), name
     out = tmp_path / "resumed"
     _job("v2", out, 1, str(straight / "epoch-1"), **v)
     assert _max_diff(straight / "epoch-2" / ADAPTER, out / "epoch-2" / ADAPTER) <= 1e-4
